@@ -1,0 +1,29 @@
+# The README's two commands: `sudo make demo` and `sudo make test`.
+# Both install what is missing first (scripts/install.sh is idempotent).
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: install demo test lint clean
+
+define need_root
+	@if [ "$$(id -u)" -ne 0 ]; then echo "incastlab builds networks and needs root: run 'sudo make $@'." >&2; exit 1; fi
+endef
+
+install:
+	$(need_root)
+	bash scripts/install.sh
+
+demo: install
+	$(VENV)/bin/incastlab demo
+
+# pytest exit 5 (no tests collected) must fail, not pass: it means the suite is broken.
+test: install
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -ra
+
+lint:
+	$(VENV)/bin/ruff check .
+
+clean:
+	$(need_root)
+	$(VENV)/bin/incastlab clean

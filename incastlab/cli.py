@@ -1,0 +1,42 @@
+"""The ``incastlab`` command: one sub-command per job, one registry dict."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from incastlab import commands
+
+COMMANDS = {
+    "preflight": commands.preflight,
+    "clean": commands.clean,
+    "cli": commands.mininet_cli,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="incastlab",
+        description="Packet-level emulation of distributed deep-learning traffic on a "
+                    "Mininet leaf–spine fabric (run as root).")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more output")
+    parser.add_argument("-q", "--quiet", action="store_true", help="errors only")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, command in COMMANDS.items():
+        p = sub.add_parser(name, help=command.HELP, description=command.__doc__,
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        command.add_arguments(p)
+        p.set_defaults(handler=command.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args) or 0
+    except KeyboardInterrupt:
+        print("incastlab: interrupted; everything it started was torn down.", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""What a run created, recorded before it is created, so that clean-up touches only ours.
+
+One JSON file per live fabric under ``STATE_DIR``: the bridges and interfaces it
+will create (names come from the topology, so they are known before bring-up) and
+every process it starts (pid plus the kernel's start time, so a reused pid is never
+mistaken for ours). ``incastlab clean`` reads these files, like ``mn -c`` but narrower.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+STATE_DIR = Path(os.environ.get("INCASTLAB_STATE_DIR", "/run/incastlab/state"))
+
+
+def process_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # comm (field 2) may contain spaces and parentheses: split after the last ')'.
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[19])  # field 22 overall
+
+
+def is_same_process(pid: int, start: int | None) -> bool:
+    return start is not None and process_start_time(pid) == start
+
+
+class RunState:
+    """The record of one fabric's creations; every change is written through to disk."""
+
+    def __init__(self, path: Path, data: dict):
+        self.path = path
+        self.data = data
+
+    @classmethod
+    def create(cls, run_dir: str | None) -> RunState:
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        pid = os.getpid()
+        path = STATE_DIR / f"{pid}-{int(time.time() * 1000)}.json"
+        data = {"owner": {"pid": pid, "start": process_start_time(pid)},
+                "run_dir": str(run_dir) if run_dir else None, "created": time.time(),
+                "bridges": [], "interfaces": [], "netns": [], "processes": []}
+        state = cls(path, data)
+        state.save()
+        return state
+
+    @classmethod
+    def load(cls, path: Path) -> RunState:
+        return cls(path, json.loads(path.read_text()))
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1))
+        os.replace(tmp, self.path)
+
+    def add(self, kind: str, names) -> None:
+        for name in names:
+            if name not in self.data[kind]:
+                self.data[kind].append(name)
+        self.save()
+
+    def add_process(self, pid: int, what: str) -> None:
+        self.data["processes"].append({"pid": pid, "start": process_start_time(pid),
+                                       "what": what})
+        self.save()
+
+    def owner_alive(self) -> bool:
+        owner = self.data["owner"]
+        return is_same_process(owner["pid"], owner["start"])
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def all_states() -> list[RunState]:
+    if not STATE_DIR.is_dir():
+        return []
+    states = []
+    for path in sorted(STATE_DIR.glob("*.json")):
+        try:
+            states.append(RunState.load(path))
+        except (OSError, ValueError):
+            continue
+    return states

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The one installer (README, .ci/run, Vagrantfile). Idempotent: safe to run again.
+# Debian 12 / Ubuntu 22.04+: apt packages, Open vSwitch running, a .venv made from the
+# system Python with --system-site-packages (Debian's `mininet` library lives there),
+# then the project with its pinned Python dependencies.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "scripts/install.sh must run as root (apt, Open vSwitch): use sudo." >&2
+  exit 1
+fi
+
+APT_PACKAGES=(
+  mininet openvswitch-switch      # emulator library + mnexec, and the switches
+  iperf3 tcpdump ethtool iputils-ping iproute2 procps  # tools the runner calls in hosts
+  python3 python3-venv python3-pip make
+)
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "==> apt-get install ${missing[*]}"
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Open vSwitch: systemd where it runs, ovs-ctl where there is no init system.
+if ! ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
+  echo "==> starting Open vSwitch"
+  if [ -d /run/systemd/system ]; then
+    systemctl start openvswitch-switch
+  else
+    # (a "ulimit: error setting limit" warning here is harmless)
+    /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random --no-monitor
+  fi
+fi
+ovs-vsctl --timeout=5 show >/dev/null
+
+# The venv must come from the system Python that Debian's mininet package serves.
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import mininet.net' 2>/dev/null; then
+  echo "==> creating .venv (system Python, --system-site-packages)"
+  rm -rf .venv
+  /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+stamp=.venv/.incastlab-installed
+if [ ! -f "$stamp" ] || [ setup.py -nt "$stamp" ]; then
+  echo "==> pip install -e .[dev] (torch==2.13.0 CPU build, os-ken, pandas, ...)"
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
+  touch "$stamp"
+fi
+.venv/bin/python -c 'import mininet.net, os_ken, torch, pandas, incastlab.topologies' \
+  || { echo "install check failed: an import does not work" >&2; exit 1; }
+echo "==> incastlab installed: .venv/bin/incastlab"

@@ -1,0 +1,43 @@
+"""Packaging for incastlab.
+
+The top-level folders are fixed by the design (see README "Layout"); this file maps
+them into one import namespace: topologies/ -> incastlab.topologies, and so on.
+
+Pins and why:
+- torch==2.13.0: the CPU build that lies on this machine kind's disk; any other
+  version makes pip fetch a multi-GB CUDA build.
+- os-ken (not ryu): Ryu 4.34 neither installs nor runs on Python >= 3.10
+  (setuptools and eventlet breakage). os-ken is Ryu's maintained fork with the
+  same app API (app_manager, ofp_event, set_ev_cls, ofproto_v1_3).
+- mininet is NOT a pip dependency: Debian's `mininet` package provides the library
+  for /usr/bin/python3 together with `mnexec`, and the venv is created with
+  --system-site-packages so it sees it (PyPI has no matching mnexec).
+"""
+from setuptools import setup
+
+SUBPACKAGES = ["topologies", "controller", "apps", "analysis"]
+
+setup(
+    name="incastlab",
+    version="0.1.0",
+    description="Packet-level emulation testbed for distributed deep-learning traffic",
+    python_requires=">=3.10",
+    packages=["incastlab"] + [f"incastlab.{name}" for name in SUBPACKAGES],
+    package_dir={"incastlab": "incastlab", **{f"incastlab.{n}": n for n in SUBPACKAGES}},
+    include_package_data=True,
+    install_requires=[
+        "torch==2.13.0",
+        "os-ken>=4.0,<5",
+        "numpy>=1.24",
+        "pandas>=2.0",
+        "pyarrow>=14",
+        "matplotlib>=3.7",
+        "scikit-learn>=1.3",
+        "scapy>=2.5",
+        "tomli-w>=1.0",
+    ],
+    extras_require={
+        "dev": ["pytest>=7.4", "ruff>=0.4", "dpkt>=1.9"],
+    },
+    entry_points={"console_scripts": ["incastlab = incastlab.cli:main"]},
+)

@@ -1,0 +1,101 @@
+"""Rootless tests of the topology descriptions: counts, names, DPIDs, ports, addresses."""
+import ipaddress
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from incastlab.topologies import naming
+from incastlab.topologies.leafspine import LeafSpineTopo, StarTopo, TopologyError
+from incastlab.topologies.links import tc_commands
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("spines,leaves,hpl", [(1, 1, 1), (2, 2, 2), (2, 4, 4), (4, 3, 5)])
+def test_counts_names_and_ports(spines, leaves, hpl):
+    topo = LeafSpineTopo(spines, leaves, hpl)
+    assert len(topo.switches()) == spines + leaves
+    assert len(topo.hosts()) == leaves * hpl
+    assert len(topo.links()) == leaves * hpl + leaves * spines
+    assert sorted(topo.hosts(), key=lambda h: int(h[1:])) == [
+        f"h{n}" for n in range(1, leaves * hpl + 1)]
+    fmap = topo.fabric_map()
+    for link in fmap["links"]:
+        for node, port in ((link["node1"], link["port1"]), (link["node2"], link["port2"])):
+            to_host = link["node1"].startswith("h") or link["node2"].startswith("h")
+            if node.startswith("lf") and to_host:
+                assert 1 <= port <= hpl
+            elif node.startswith("lf"):
+                assert hpl < port <= hpl + spines
+            elif node.startswith("sp"):
+                assert 1 <= port <= leaves
+            else:
+                assert port == 0
+        assert len(link["intf1"]) <= 15 and len(link["intf2"]) <= 15
+
+
+def test_addresses_and_dpids_are_unique_and_documented():
+    topo = LeafSpineTopo(2, 3, 4)
+    fmap = topo.fabric_map()
+    ips = [h["ip"] for h in fmap["hosts"]]
+    macs = [h["mac"] for h in fmap["hosts"]]
+    dpids = [s["dpid"] for s in fmap["switches"]]
+    assert len(set(ips)) == len(ips) and len(set(macs)) == len(macs)
+    assert len(set(dpids)) == len(dpids)
+    subnet = ipaddress.ip_network(naming.SUBNET)
+    assert all(ipaddress.ip_address(ip) in subnet for ip in ips)
+    h7 = next(h for h in fmap["hosts"] if h["name"] == "h7")
+    assert (h7["leaf"], h7["index"], h7["ip"], h7["mac"]) == (2, 3, "10.0.2.3",
+                                                              "02:00:00:00:02:03")
+    sp2 = next(s for s in fmap["switches"] if s["name"] == "sp2")
+    assert sp2["dpid"] == 0x0001_0000_0000_0002
+    assert naming.host_position(7, 4) == (2, 3)
+
+
+def test_fabric_bw_defaults_non_blocking_and_oversubscription():
+    assert LeafSpineTopo(2, 2, 4, host_bw=10).fabric_bw == 20.0
+    assert LeafSpineTopo(2, 2, 4, host_bw=10, oversubscription=4).fabric_bw == 5.0
+    assert LeafSpineTopo(2, 2, 4, host_bw=10, fabric_bw=7).fabric_bw == 7.0
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    ({"spines": 0}, "spines"), ({"leaves": -1}, "leaves"),
+    ({"hosts_per_leaf": 0}, "hosts_per_leaf"),
+    ({"hosts_per_leaf": 200}, "hosts_per_leaf"), ({"host_bw": -5}, "host_bw"),
+    ({"fabric_bw": 0}, "fabric_bw"), ({"queue_packets": 0}, "queue_packets"),
+    ({"oversubscription": 0.5}, "oversubscription"), ({"delay": "fast"}, "delay"),
+    ({"spines": 2.5}, "spines"),
+])
+def test_bad_parameters_name_the_parameter(kwargs, field):
+    with pytest.raises(TopologyError, match=field):
+        LeafSpineTopo(**kwargs)
+
+
+def test_star_topology_is_one_leaf_with_receiver_last():
+    star = StarTopo(senders=5)
+    assert star.switches() == ["lf1"]
+    assert len(star.hosts()) == 6 and star.receiver == "h6"
+    assert star.fabric_map()["spines"] == 0
+
+
+def test_tc_commands_shape_and_limit():
+    cmds = tc_commands("lf1-eth1", 20.0, 20, None)
+    assert cmds[0][-4:] == ["1:", "htb", "default", "1"]
+    assert "20mbit" in cmds[1]
+    assert cmds[2][-3:] == ["pfifo", "limit", "20"]
+    assert tc_commands("x", 5, 30, "2ms")[2][-5:] == ["netem", "delay", "2ms", "limit", "30"]
+
+
+def test_stock_mininet_can_load_the_custom_file():
+    """`mn --custom topologies/leafspine.py --topo leafspine,2,4,2` execs the file
+    without incastlab on the path; emulate exactly that with the system Python."""
+    code = ("customs = {}\n"
+            f"path = {str(REPO / 'topologies' / 'leafspine.py')!r}\n"
+            "exec(compile(open(path).read(), path, 'exec'), customs, customs)\n"
+            "t = customs['topos']['leafspine'](2, 4, 2)\n"
+            "print(len(t.switches()), len(t.hosts()), len(t.links()))\n")
+    out = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True,
+                         cwd="/", check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["6", "8", "16"]

@@ -1,0 +1,1 @@
+"""Mininet topologies (pure descriptions) and the link classes that give them queues."""

@@ -1,0 +1,194 @@
+"""Leaf–spine and star topologies as pure Mininet ``Topo`` descriptions.
+
+Nothing here runs anything: ``build()`` only calls addHost/addSwitch/addLink, so
+names, DPIDs, ports and addresses are unit-tested without root. Names and numbers
+come from :mod:`naming` (documented there, decided nowhere else).
+
+Stock Mininet can load this file on its own::
+
+    sudo mn --custom topologies/leafspine.py --topo leafspine,2,4,2 \\
+        --controller remote,ip=127.0.0.1,port=6653 --switch ovs,protocols=OpenFlow13
+
+Link parameters ``bw`` (Mbit/s), ``queue_packets`` and ``delay`` are read by
+:class:`incastlab.topologies.links.QueuedIntf`; plain Mininet links ignore them.
+"""
+from __future__ import annotations
+
+from mininet.topo import Topo
+
+try:
+    from incastlab.topologies import naming
+except ImportError:  # loaded by stock `mn --custom` without incastlab installed
+    import importlib.util
+    import inspect
+    import os
+
+    _here = os.path.dirname(os.path.abspath(inspect.currentframe().f_code.co_filename))
+    _spec = importlib.util.spec_from_file_location("naming", os.path.join(_here, "naming.py"))
+    naming = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(naming)
+
+DEFAULT_HOST_BW = 20.0  # Mbit/s: far below the ~2 Gbit/s the userspace datapath manages
+DEFAULT_QUEUE_PACKETS = 100
+
+
+class TopologyError(ValueError):
+    """A topology parameter is out of range; the message names the parameter."""
+
+
+def _require_int(name: str, value, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TopologyError(f"{name} must be an integer from {low} to {high}, got {value!r}")
+    if not low <= value <= high:
+        raise TopologyError(f"{name} must be from {low} to {high}, got {value}")
+    return value
+
+
+def _require_rate(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise TopologyError(f"{name} must be a positive rate in Mbit/s, got {value!r}")
+    if value > 10_000:
+        raise TopologyError(f"{name} must be at most 10000 Mbit/s, got {value}")
+    return float(value)
+
+
+def _require_delay(value) -> str | None:
+    if value is None:
+        return None
+    text = str(value)
+    import re
+
+    if not re.fullmatch(r"\d+(\.\d+)?(us|ms|s)", text):
+        raise TopologyError(f"delay must look like '2ms', '500us' or '0.1s', got {value!r}")
+    return text
+
+
+class LeafSpineTopo(Topo):
+    """A two-tier Clos: every leaf links to every spine, hosts hang off leaves.
+
+    spines, leaves, hosts_per_leaf: counts (>= 1).
+    host_bw: host<->leaf link rate in Mbit/s.
+    fabric_bw: leaf<->spine link rate in Mbit/s. Default: non-blocking, i.e.
+        hosts_per_leaf * host_bw / spines, unless ``oversubscription`` is given, in
+        which case fabric_bw = hosts_per_leaf * host_bw / (spines * oversubscription).
+    queue_packets: pfifo limit of every switch egress queue, in packets.
+    delay: per-link one-way delay ('2ms'); needs netem (checked at bring-up).
+    """
+
+    def build(self, spines=2, leaves=2, hosts_per_leaf=2, host_bw=DEFAULT_HOST_BW,
+              fabric_bw=None, queue_packets=DEFAULT_QUEUE_PACKETS, delay=None,
+              oversubscription=None):
+        # Stock `mn --topo leafspine,2,4,2` passes strings through its own parser as
+        # ints already; accept only ints here so a typo cannot become a float fabric.
+        self.spines = _require_int("spines", spines, 1, naming.MAX_SPINES)
+        self.leaves = _require_int("leaves", leaves, 1, naming.MAX_LEAVES)
+        self.hosts_per_leaf = _require_int(
+            "hosts_per_leaf", hosts_per_leaf, 1, naming.MAX_HOSTS_PER_LEAF)
+        if self.hosts_per_leaf + self.spines > naming.MAX_HOSTS_PER_LEAF:
+            raise TopologyError(
+                f"hosts_per_leaf + spines must be at most {naming.MAX_HOSTS_PER_LEAF} "
+                f"(leaf port numbers), got {self.hosts_per_leaf + self.spines}")
+        self.host_bw = _require_rate("host_bw", host_bw)
+        self.queue_packets = _require_int("queue_packets", queue_packets, 1, 100_000)
+        self.delay = _require_delay(delay)
+        if fabric_bw is not None and oversubscription is not None:
+            raise TopologyError("give either fabric_bw or oversubscription, not both")
+        if oversubscription is not None:
+            if isinstance(oversubscription, bool) or not isinstance(
+                    oversubscription, (int, float)) or not oversubscription >= 1:
+                raise TopologyError(
+                    f"oversubscription must be a ratio >= 1, got {oversubscription!r}")
+            fabric_bw = self.hosts_per_leaf * self.host_bw / (self.spines * oversubscription)
+        elif fabric_bw is None:
+            fabric_bw = self.hosts_per_leaf * self.host_bw / self.spines
+        self.fabric_bw = _require_rate("fabric_bw", fabric_bw)
+
+        queue = {"queue_packets": self.queue_packets}
+        if self.delay:
+            queue["delay"] = self.delay
+        for j in range(1, self.spines + 1):
+            self.addSwitch(naming.spine_name(j), dpid=naming.dpid_str(naming.spine_dpid(j)),
+                           role="spine", index=j)
+        for i in range(1, self.leaves + 1):
+            leaf = naming.leaf_name(i)
+            self.addSwitch(leaf, dpid=naming.dpid_str(naming.leaf_dpid(i)), role="leaf", index=i)
+            for k in range(1, self.hosts_per_leaf + 1):
+                host = naming.host_name(i, k, self.hosts_per_leaf)
+                self.addHost(host, ip=f"{naming.host_ip(i, k)}/{naming.PREFIX_LEN}",
+                             mac=naming.host_mac(i, k), leaf=i, index=k)
+                self.addLink(host, leaf, port1=0, port2=naming.leaf_host_port(k),
+                             bw=self.host_bw, **queue)
+            for j in range(1, self.spines + 1):
+                self.addLink(leaf, naming.spine_name(j),
+                             port1=naming.leaf_uplink_port(j, self.hosts_per_leaf),
+                             port2=naming.spine_downlink_port(i), bw=self.fabric_bw, **queue)
+
+    def fabric_map(self) -> dict:
+        """The fabric as plain data (``fabric.json``): what the controller routes on and
+        the analysis reads. Rates in Mbit/s, ports as OpenFlow port numbers."""
+        return fabric_map(self)
+
+
+class StarTopo(LeafSpineTopo):
+    """The classic incast bench: one switch (leaf ``lf1``), ``senders`` sending hosts
+    ``h1..hN`` and the receiver, the last host ``h{N+1}``. A leaf–spine with one leaf
+    and no spines, so the same naming, queues and controller apply."""
+
+    def build(self, senders=4, host_bw=DEFAULT_HOST_BW, queue_packets=DEFAULT_QUEUE_PACKETS,
+              delay=None):
+        self.senders = _require_int("senders", senders, 1, naming.MAX_HOSTS_PER_LEAF - 1)
+        self.spines = 0
+        self.leaves = 1
+        self.hosts_per_leaf = self.senders + 1
+        self.host_bw = _require_rate("host_bw", host_bw)
+        self.fabric_bw = None
+        self.queue_packets = _require_int("queue_packets", queue_packets, 1, 100_000)
+        self.delay = _require_delay(delay)
+        queue = {"queue_packets": self.queue_packets}
+        if self.delay:
+            queue["delay"] = self.delay
+        leaf = naming.leaf_name(1)
+        self.addSwitch(leaf, dpid=naming.dpid_str(naming.leaf_dpid(1)), role="leaf", index=1)
+        for k in range(1, self.hosts_per_leaf + 1):
+            host = naming.host_name(1, k, self.hosts_per_leaf)
+            self.addHost(host, ip=f"{naming.host_ip(1, k)}/{naming.PREFIX_LEN}",
+                         mac=naming.host_mac(1, k), leaf=1, index=k)
+            self.addLink(host, leaf, port1=0, port2=naming.leaf_host_port(k),
+                         bw=self.host_bw, **queue)
+
+    @property
+    def receiver(self) -> str:
+        return naming.host_name(1, self.hosts_per_leaf, self.hosts_per_leaf)
+
+
+def fabric_map(topo: LeafSpineTopo) -> dict:
+    """Plain-data description of a built topology (see LeafSpineTopo.fabric_map)."""
+    switches = []
+    for name in topo.switches():
+        info = topo.nodeInfo(name)
+        switches.append({"name": name, "role": info["role"], "index": info["index"],
+                         "dpid": int(info["dpid"], 16)})
+    hosts = []
+    for name in topo.hosts():
+        info = topo.nodeInfo(name)
+        hosts.append({"name": name, "leaf": info["leaf"], "index": info["index"],
+                      "ip": info["ip"].split("/")[0], "mac": info["mac"],
+                      "leaf_port": naming.leaf_host_port(info["index"]),
+                      "intf": naming.intf_name(name, 0)})
+    links = []
+    for _a, _b, info in topo.links(sort=True, withInfo=True):
+        links.append({"node1": info["node1"], "port1": info["port1"],
+                      "node2": info["node2"], "port2": info["port2"],
+                      "intf1": naming.intf_name(info["node1"], info["port1"]),
+                      "intf2": naming.intf_name(info["node2"], info["port2"]),
+                      "bw_mbps": info["bw"], "queue_packets": info["queue_packets"]})
+    return {"kind": type(topo).__name__, "spines": topo.spines, "leaves": topo.leaves,
+            "hosts_per_leaf": topo.hosts_per_leaf, "host_bw_mbps": topo.host_bw,
+            "fabric_bw_mbps": topo.fabric_bw, "queue_packets": topo.queue_packets,
+            "delay": topo.delay, "subnet": naming.SUBNET,
+            "switches": switches, "hosts": hosts, "links": links}
+
+
+TOPOS = {"leafspine": LeafSpineTopo, "star": StarTopo}
+# `mn --custom` reads this dict; the same registry serves the runner.
+topos = {"leafspine": LeafSpineTopo, "star": StarTopo}

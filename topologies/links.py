@@ -1,0 +1,76 @@
+"""Interfaces with real, countable switch queues — without netem.
+
+Mininet's ``TCLink(max_queue_size=...)`` puts the packet limit on a netem qdisc, and
+this machine kind has no netem. So every switch egress port gets
+
+    root HTB (rate = link bw) -> class 1:1 -> pfifo limit=queue_packets  (handle 10:)
+
+which makes drops happen in one known queue and be counted by ``tc -s qdisc show``.
+Hosts get the same HTB shaping with a deep pfifo (``HOST_QUEUE_PACKETS``), like a NIC's
+txqueuelen, so that congestion drops happen in the fabric, not in the sender's stack.
+Where a delay is asked for, netem (with the packet limit) replaces the pfifo child;
+bring-up refuses a delay when the kernel has no netem (see incastlab.preflight).
+
+Segmentation offloads are switched off on every interface: with OVS's userspace
+datapath TCP stalls otherwise, and captures then show wire-sized packets.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+from mininet.link import Intf, Link
+from mininet.node import Switch
+
+HOST_QUEUE_PACKETS = 1000
+QUEUE_HANDLE = "10:"  # the pfifo (or netem) child that holds the packets
+OFFLOADS = ("tx", "tso", "gso")
+
+
+def tc_commands(dev: str, bw_mbps: float, queue_packets: int, delay: str | None) -> list[list[str]]:
+    """The tc argument lists that shape ``dev`` to ``bw_mbps`` Mbit/s with a queue of
+    ``queue_packets`` packets (pure: unit-tested without root)."""
+    # burst: at least one MTU-sized packet plus headroom; HTB's default burst at tens of
+    # Mbit/s is ~1.6 kB and makes the achieved rate fall short under timer slack.
+    burst_bytes = max(15_000, int(bw_mbps * 1e6 / 8 / 1000))  # >= 1 ms at line rate
+    cmds = [
+        ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1"],
+        ["tc", "class", "replace", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+         "rate", f"{bw_mbps:g}mbit", "burst", str(burst_bytes), "cburst", str(burst_bytes)],
+    ]
+    if delay:
+        cmds.append(["tc", "qdisc", "replace", "dev", dev, "parent", "1:1", "handle",
+                     QUEUE_HANDLE, "netem", "delay", delay, "limit", str(queue_packets)])
+    else:
+        cmds.append(["tc", "qdisc", "replace", "dev", dev, "parent", "1:1", "handle",
+                     QUEUE_HANDLE, "pfifo", "limit", str(queue_packets)])
+    return cmds
+
+
+def _run(intf: Intf, argv: list[str]) -> str:
+    """Run argv in the interface's node (its namespace); raise on failure."""
+    import shlex
+
+    out = intf.node.cmd(" ".join(shlex.quote(a) for a in argv) + " 2>&1; echo __rc=$?")
+    body, _, rc = out.rpartition("__rc=")
+    if rc.strip() != "0":
+        raise RuntimeError(f"{' '.join(argv)} failed on {intf.node.name}: {body.strip()}")
+    return body
+
+
+class QueuedIntf(Intf):
+    """An interface shaped to ``bw`` Mbit/s with a pfifo of ``queue_packets`` packets
+    on switches (a deep one on hosts) and segmentation offloads off."""
+
+    def config(self, bw=None, queue_packets=None, delay=None, **params):
+        result = Intf.config(self, **params)
+        _run(self, ["ethtool", "-K", self.name] + [w for o in OFFLOADS for w in (o, "off")])
+        if bw:
+            on_switch = isinstance(self.node, Switch)
+            limit = queue_packets if (on_switch and queue_packets) else HOST_QUEUE_PACKETS
+            for argv in tc_commands(self.name, float(bw), int(limit), delay):
+                _run(self, argv)
+        self.bw, self.queue_packets, self.delay = bw, queue_packets, delay
+        return result
+
+
+QueuedLink = partial(Link, intf=QueuedIntf)
