@@ -1,0 +1,384 @@
+"""Parameter-server training over gloo point-to-point messages.
+
+    python -m incastlab.apps.ps --role server|worker --rank R --world-size W \\
+        --master ADDR:PORT --out DIR [--mode sync|async|ssp|backup] [--shards K] ...
+
+Rank layout: ranks 0..K-1 are the parameter servers (shard k owns the k-th of K nearly
+equal contiguous slices of the flat parameter vector, `torch.tensor_split` order), ranks
+K..W-1 are the N = W-K workers; worker index j = rank-K picks the data shard. Rank 0
+(server 0) hosts the rendezvous, so --master is server 0's address. Every worker talks
+to every server; servers never talk to each other, workers never to workers: the traffic
+is exactly workers->PS (push) and PS->workers (pull).
+
+Messages are one flat float32 tensor each (gradient bytes = 4 x parameter count):
+
+    push  worker -> server k   [gradient slice, model version used, worker iteration]
+    pull  server k -> worker   [parameter slice, version, staleness, hold seconds,
+                                stop flag, accepted flag]
+
+At start every server sends its slice of the initial parameters (version 0) to every
+worker. Each worker iteration: compute the gradient on its current parameters, push it
+to every shard, pull the new slice from every shard. Modes (each shard decides alone):
+
+- sync (BSP): a server waits for all N gradients of its current version, averages them
+  (summed in rank order), applies SGD and replies to all N. `--iterations` = updates =
+  iterations of every worker.
+- async: every gradient is applied on arrival and answered at once; staleness = server
+  version at arrival minus the version the gradient was computed on. Each worker does
+  `--iterations` iterations (N x iterations updates in all).
+- ssp: async, but the reply to a worker that would start iteration i is held until
+  i - min_clock <= S (`--staleness S`), where a worker's clock = gradients the server
+  received from it. So no worker ever runs more than S iterations ahead of the slowest.
+- backup: a server updates as soon as N-B (`--backup-workers B`) gradients of its
+  current version arrived and replies to those; a gradient arriving for an older version
+  is late: it is still received (the stream stays consistent), discarded, counted, and
+  answered with the current parameters. `--iterations` = updates; workers run until the
+  server's reply carries the stop flag (stragglers do fewer iterations).
+
+Every send and receive has the --timeout deadline; a dead or hung peer makes this
+process exit 1 with one line on stderr and an `error` event. Log: DIR/<rank>.jsonl, see
+docs/run-directory.md.
+"""
+from __future__ import annotations
+
+import argparse
+import queue
+import sys
+import threading
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from . import common
+from .model import BYTES_PER_PARAM, Digits, Trainer, build_model, params_digest
+
+PROG = "incastlab.apps.ps"
+MODES = ("sync", "async", "ssp", "backup")
+PUSH_TRAILER = 2  # version, iteration
+PULL_TRAILER = 5  # version, staleness, hold_s, stop, accepted
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Rank layout: 0..K-1 servers, K..W-1 workers. Times in seconds, sizes in "
+               "bytes. Log schema: docs/run-directory.md.")
+    p.add_argument("--role", choices=("server", "worker"), required=True,
+                   help="server (ranks 0..K-1) or worker (ranks K..W-1)")
+    common.add_dist_args(p)
+    common.add_training_args(p)
+    p.add_argument("--mode", choices=MODES, default="sync",
+                   help="synchronisation: sync (BSP), async, ssp or backup (default: sync)")
+    p.add_argument("--shards", type=common.positive_int, default=1, metavar="K",
+                   help="number of parameter servers, each owning 1/K of the parameters "
+                        "(default: 1)")
+    p.add_argument("--staleness", type=common.non_negative_int, default=None, metavar="S",
+                   help="ssp: max iterations a worker may run ahead of the slowest "
+                        "(required with --mode ssp)")
+    p.add_argument("--backup-workers", type=common.non_negative_int, default=None,
+                   metavar="B", help="backup: the server aggregates the first N-B gradients "
+                                     "of a step (required with --mode backup)")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    common.check_rank(parser, args)
+    common.check_model_size(parser, args)
+    workers = args.world_size - args.shards
+    if workers < 1:
+        parser.error(f"argument --shards: {args.shards} servers leave no worker in "
+                     f"--world-size {args.world_size}")
+    is_server = args.rank < args.shards
+    if (args.role == "server") != is_server:
+        parser.error(f"argument --role: rank {args.rank} is a "
+                     f"{'server' if is_server else 'worker'} with --shards {args.shards} "
+                     f"(servers are ranks 0..{args.shards - 1})")
+    if args.mode == "ssp" and args.staleness is None:
+        parser.error("argument --staleness: required with --mode ssp")
+    if args.mode != "ssp" and args.staleness is not None:
+        parser.error("argument --staleness: only valid with --mode ssp")
+    if args.mode == "backup":
+        if args.backup_workers is None:
+            parser.error("argument --backup-workers: required with --mode backup")
+        if args.backup_workers >= workers:
+            parser.error(f"argument --backup-workers: must be < the number of workers "
+                         f"({workers}), got {args.backup_workers}")
+        if args.shards > 1:
+            parser.error("argument --shards: backup mode supports one server only "
+                         "(shards would end their steps at different times)")
+    elif args.backup_workers is not None:
+        parser.error("argument --backup-workers: only valid with --mode backup")
+    for r, _ in args.slowdown:
+        if r < args.shards:
+            parser.error(f"argument --slowdown: rank {r} is a server; stragglers are "
+                         f"workers (ranks {args.shards}..{args.world_size - 1})")
+    return args
+
+
+def shard_bounds(n_params: int, shards: int) -> list[tuple[int, int]]:
+    """[lo, hi) of each shard's slice: torch.tensor_split's nearly equal split."""
+    sizes = [len(c) for c in torch.tensor_split(torch.arange(n_params), shards)]
+    bounds, lo = [], 0
+    for size in sizes:
+        bounds.append((lo, lo + size))
+        lo += size
+    return bounds
+
+
+# ----------------------------------------------------------------------------- server
+
+
+class Server:
+    """One parameter-server shard: an event loop over gradient arrivals."""
+
+    def __init__(self, args: argparse.Namespace, log: common.JsonLog, trainer: Trainer,
+                 lo: int, hi: int) -> None:
+        self.args, self.log, self.trainer = args, log, trainer
+        self.params = trainer.flat_params()[lo:hi].clone()
+        self.n = hi - lo
+        self.workers = list(range(args.shards, args.world_size))
+        self.quorum = len(self.workers) - (args.backup_workers or 0)
+        self.version = 0
+        self.received = {w: 0 for w in self.workers}  # gradients received = SSP clock
+        self.stopped: set[int] = set()
+        self.buffer: dict[int, tuple[torch.Tensor, float, int]] = {}  # sync/backup step
+        self.deferred: dict[int, tuple[float, int]] = {}  # ssp: rank -> (t_arrival, stale)
+        self.late: list[int] = []  # backup: discarded since the last update
+        self.applied = self.discarded = 0
+        self.bytes_sent = self.bytes_recv = 0
+        self.events: queue.Queue = queue.Queue()
+        self.senders: list[threading.Thread] = []
+
+    # -- communication: posts on this thread, waits on helper threads ------------------
+
+    def expect(self, w: int) -> None:
+        buf = torch.empty(self.n + PUSH_TRAILER)
+        work = dist.irecv(buf, src=w)
+        threading.Thread(target=self._wait_recv, args=(w, work, buf), daemon=True).start()
+
+    def _wait_recv(self, w: int, work: Any, buf: torch.Tensor) -> None:
+        try:
+            common.wait(work, self.args.timeout, f"receive gradient from rank {w}")
+            self.events.put((w, buf, time.time(), None))
+        except common.PeerError as exc:
+            self.events.put((w, None, time.time(), exc))
+
+    def reply(self, w: int, t_arrival: float | None, staleness: int, accepted: bool) -> None:
+        """Send the current parameters to worker `w` and, unless it stops, expect more."""
+        stop = self._stops(w)
+        hold = 0.0 if t_arrival is None else time.time() - t_arrival
+        trailer = torch.tensor([self.version, staleness, hold, float(stop), float(accepted)])
+        msg = torch.cat([self.params, trailer])
+        work = dist.isend(msg, dst=w)
+        self.bytes_sent += msg.numel() * BYTES_PER_PARAM
+        t = threading.Thread(target=self._wait_send, args=(w, work, msg), daemon=True)
+        t.start()
+        self.senders = [s for s in self.senders if s.is_alive()] + [t]
+        if stop:
+            self.stopped.add(w)
+        else:
+            self.expect(w)
+
+    def _wait_send(self, w: int, work: Any, _msg: torch.Tensor) -> None:
+        try:
+            common.wait(work, self.args.timeout, f"send parameters to rank {w}")
+        except common.PeerError as exc:
+            self.events.put((w, None, time.time(), exc))
+
+    def _stops(self, w: int) -> bool:
+        if self.args.mode in ("sync", "backup"):
+            return self.version >= self.args.iterations
+        return self.received[w] >= self.args.iterations
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def run(self) -> None:
+        for w in self.workers:
+            self.reply(w, None, 0, True)
+        while len(self.stopped) < len(self.workers):
+            try:
+                w, buf, t_arr, exc = self.events.get(timeout=self.args.timeout + 5)
+            except queue.Empty:
+                raise common.PeerError(f"no gradient from any worker within "
+                                       f"{self.args.timeout:g} s") from None
+            if exc is not None:
+                raise exc
+            self.bytes_recv += buf.numel() * BYTES_PER_PARAM
+            self.received[w] += 1
+            grad, g_version, g_iter = buf[:self.n], int(buf[self.n]), int(buf[self.n + 1])
+            handler = self.on_arrival_step if self.args.mode in ("sync", "backup") \
+                else self.on_arrival_async
+            handler(w, grad, g_version, g_iter, t_arr)
+        for t in self.senders:
+            t.join(self.args.timeout + 5)
+        self._check_errors()
+
+    def _check_errors(self) -> None:
+        while not self.events.empty():
+            _, _, _, exc = self.events.get()
+            if exc is not None:
+                raise exc
+
+    def on_arrival_step(self, w: int, grad: torch.Tensor, g_version: int, g_iter: int,
+                        t_arr: float) -> None:
+        """sync and backup: gather a step's gradients; late ones are discarded."""
+        if g_version != self.version:  # late: this version's step is already done
+            self.discarded += 1
+            self.late.append(w)
+            self.reply(w, t_arr, self.version - g_version, False)
+            return
+        self.buffer[w] = (grad, t_arr, g_iter)
+        if len(self.buffer) < self.quorum:
+            return
+        ranks = sorted(self.buffer)
+        total = self.buffer[ranks[0]][0].clone()
+        for r in ranks[1:]:  # fixed (rank) order: the same bits whatever the arrival order
+            total += self.buffer[r][0]
+        self.params -= self.args.lr * (total / len(ranks))
+        self.version += 1
+        self.applied += len(ranks)
+        self.log.write("update", version=self.version, t=time.time(), from_ranks=ranks,
+                       staleness=[0] * len(ranks),
+                       iterations=[self.buffer[r][2] for r in ranks], discarded=self.late)
+        self.late = []
+        step, self.buffer = self.buffer, {}
+        for r in ranks:
+            self.reply(r, step[r][1], 0, True)
+
+    def on_arrival_async(self, w: int, grad: torch.Tensor, g_version: int, g_iter: int,
+                         t_arr: float) -> None:
+        """async and ssp: apply at once; ssp holds replies that would break the bound."""
+        stale = self.version - g_version
+        self.params -= self.args.lr * grad
+        self.version += 1
+        self.applied += 1
+        record: dict[str, Any] = {"version": self.version, "t": time.time(),
+                                  "from_ranks": [w], "staleness": [stale],
+                                  "iterations": [g_iter], "discarded": []}
+        if self.args.mode == "async":
+            self.log.write("update", **record)
+            self.reply(w, t_arr, stale, True)
+            return
+        self.deferred[w] = (t_arr, stale)
+        slowest = min(self.received.values())
+        released, gaps = [], []
+        for r in sorted(self.deferred):
+            gap = self.received[r] - slowest  # = the iteration r would start, minus min clock
+            if gap <= self.args.staleness or self.received[r] >= self.args.iterations:
+                released.append(r)
+                gaps.append(gap if self.received[r] < self.args.iterations else None)
+        record.update(clocks={str(r): c for r, c in self.received.items()},
+                      released=released, gaps=gaps)
+        self.log.write("update", **record)
+        for r in released:
+            t_r, stale_r = self.deferred.pop(r)
+            self.reply(r, t_r, stale_r, True)
+
+
+def run_server(args: argparse.Namespace, log: common.JsonLog) -> None:
+    trainer = Trainer(build_model(args.model_size, args.seed),
+                      Digits(0, args.world_size - args.shards, args.batch_size, args.seed))
+    lo, hi = shard_bounds(trainer.n_params, args.shards)[args.rank]
+    log_start(args, log, trainer.n_params, "server", shard=[lo, hi])
+    t0 = time.time()
+    common.init_gloo(args)
+    server = Server(args, log, trainer, lo, hi)
+    log.write("ready", t=time.time(), init_s=time.time() - t0, bytes_recv=0)
+    server.run()
+    accuracy = loss = None
+    if args.shards == 1:
+        accuracy, loss = trainer.evaluate(server.params)
+    log.write("final", t=time.time(), accuracy=accuracy, loss=loss, iterations=server.version,
+              applied=server.applied, discarded=server.discarded,
+              bytes_sent=server.bytes_sent, bytes_recv=server.bytes_recv,
+              params_sha256=params_digest(server.params))
+    dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------- worker
+
+
+def run_worker(args: argparse.Namespace, log: common.JsonLog) -> None:
+    workers = args.world_size - args.shards
+    index = args.rank - args.shards
+    trainer = Trainer(build_model(args.model_size, args.seed),
+                      Digits(index, workers, args.batch_size, args.seed),
+                      slowdown=common.slowdown_factor(args, args.rank))
+    bounds = shard_bounds(trainer.n_params, args.shards)
+    servers = range(args.shards)
+    log_start(args, log, trainer.n_params, "worker", worker_index=index,
+              slowdown=trainer.slowdown)
+    t0 = time.time()
+    common.init_gloo(args)
+
+    def post_pull() -> list[tuple[Any, torch.Tensor]]:
+        bufs = [torch.empty(hi - lo + PULL_TRAILER) for lo, hi in bounds]
+        return [(dist.irecv(b, src=k), b) for k, b in zip(servers, bufs, strict=True)]
+
+    def finish_pull(posted: list[tuple[Any, torch.Tensor]]) -> tuple[torch.Tensor, dict]:
+        for k, (work, _) in enumerate(posted):
+            common.wait(work, args.timeout, f"receive parameters from server rank {k}")
+        bufs = [b for _, b in posted]
+        tr = [b[-PULL_TRAILER:].tolist() for b in bufs]
+        params = torch.cat([b[:-PULL_TRAILER] for b in bufs])
+        meta = {"versions": [int(t[0]) for t in tr], "staleness": max(int(t[1]) for t in tr),
+                "hold": max(t[2] for t in tr), "stop": all(t[3] > 0 for t in tr),
+                "accepted": all(t[4] > 0 for t in tr),
+                "bytes": sum(b.numel() for b in bufs) * BYTES_PER_PARAM}
+        return params, meta
+
+    params, meta = finish_pull(post_pull())
+    log.write("ready", t=time.time(), init_s=time.time() - t0, bytes_recv=meta["bytes"])
+    iteration = 0
+    while not meta["stop"]:
+        versions = meta["versions"]
+        t_start = time.time()
+        grad, loss, compute_s, slow_s = trainer.gradient(params)
+        posted = post_pull()
+        t_push = time.time()
+        sends, bytes_sent = [], 0
+        for k, (lo, hi) in zip(servers, bounds, strict=True):
+            msg = torch.cat([grad[lo:hi], torch.tensor([versions[k], iteration],
+                                                        dtype=torch.float32)])
+            sends.append((k, dist.isend(msg, dst=k), msg))
+            bytes_sent += msg.numel() * BYTES_PER_PARAM
+        for k, work, _ in sends:
+            common.wait(work, args.timeout, f"send gradient to server rank {k}")
+        t_pushed = time.time()
+        params, meta = finish_pull(posted)
+        t_end = time.time()
+        log.write("iteration", iteration=iteration, t_start=t_start, t_end=t_end,
+                  compute_s=compute_s, slowdown_s=slow_s, comm_s=t_end - t_push,
+                  wait_s=meta["hold"], push_s=t_pushed - t_push, pull_s=t_end - t_pushed,
+                  bytes_sent=bytes_sent, bytes_recv=meta["bytes"],
+                  model_version=min(versions), shard_versions=versions,
+                  new_version=min(meta["versions"]), staleness=meta["staleness"],
+                  accepted=meta["accepted"], loss=loss)
+        iteration += 1
+    accuracy, test_loss = trainer.evaluate(params)
+    log.write("final", t=time.time(), accuracy=accuracy, loss=test_loss, iterations=iteration,
+              params_sha256=params_digest(params))
+    dist.destroy_process_group()
+
+
+def log_start(args: argparse.Namespace, log: common.JsonLog, n_params: int, role: str,
+              **extra: Any) -> None:
+    log.write("start", role=role, rank=args.rank, world_size=args.world_size,
+              mode=args.mode, param_count=n_params,
+              gradient_bytes=n_params * BYTES_PER_PARAM, t=time.time(),
+              **common.host_info(args.iface), **extra, options=common.options(args))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    log = common.JsonLog(args.out, args.rank)
+    body = run_server if args.role == "server" else run_worker
+    return common.run_main(PROG, log, args.rank, lambda: body(args, log))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
