@@ -1,0 +1,957 @@
+"""Experiment specs: TOML data, validated as a whole before anything touches the system.
+
+A spec has five tables. Every field has a default, so an empty file is a valid spec::
+
+    [topology]  the fabric: kind, sizes, link rates (Mbit/s), queues (packets), TCP
+    [routing]   the controller's policy and its timers (seconds)
+    [workload]  what runs in the hosts: PS / ring all-reduce / incast benchmark, placement
+    [capture]   pcaps (snap length, which interfaces) and the queue sampler
+    [run]       limits (seconds), repetitions, seed, output directory
+
+``python -m incastlab.spec`` prints every field with its default and what is allowed.
+
+Load with :func:`load_spec` (a file plus CLI overrides ``table.field=value``, values
+parsed as TOML values, falling back to a bare string). Validation collects *every*
+problem and raises one :class:`SpecError`, one problem per line, each naming the field,
+the value and what is allowed. Checks that depend on this machine take a
+``capabilities`` mapping from the runner's preflight (e.g. ``{"netem": False}``); this
+module makes no system calls.
+
+Sweeps: a list at a *sweepable* field (``routing.policy = ["single", "ecmp"]``) asks for
+one run per value; :func:`expand_sweep` expands the cross product times
+``run.repetitions`` into labelled single-run specs (``policy=ecmp,workers=4,rep=1``).
+``load_spec`` refuses sweeps unless ``allow_sweep=True`` (``incastlab sweep``).
+
+Placement (which host is the PS, which hosts are workers 0..N-1) is decided here, once,
+by :meth:`Spec.placement`, from the names in :mod:`incastlab.topologies.naming`.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import itertools
+import re
+import sys
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from incastlab.topologies import naming
+
+TOPOLOGY_KINDS = ("leafspine", "star")
+CONGESTION_CONTROLS = ("cubic", "reno", "bbr")
+POLICIES = ("single", "ecmp", "spread", "adaptive")
+WORKLOAD_KINDS = ("ps", "ring", "incast")
+PS_MODES = ("sync", "async", "ssp", "backup")
+RING_IMPLS = ("ring", "gloo")
+ADAPTIVE_POLL_RANGE = (0.1, 0.5)  # seconds: faster swamps the controller, slower reacts late
+MAX_SWEEP_RUNS = 500
+FORMAT_VERSION = 1
+
+
+class SpecError(ValueError):
+    """The spec is invalid. ``errors`` lists every problem; the message has one per line."""
+
+    def __init__(self, errors: Iterable[str], source: str | None = None):
+        self.errors = list(errors)
+        self.source = source
+        where = f" ({source})" if source else ""
+        super().__init__(f"invalid spec{where}:\n" + "\n".join(f"  {e}" for e in self.errors))
+
+
+# --- field checks ------------------------------------------------------------------------
+# A check takes a value and returns None when it is allowed, else the text that follows
+# "table.field: ", naming the value and what is allowed.
+
+Check = Callable[[Any], "str | None"]
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _bounds(low, high, low_open=False, unit="") -> str:
+    if low is not None and high is not None and not low_open:
+        text = f" from {low} to {high}"
+    else:
+        parts = []
+        if low is not None:
+            parts.append(f"{'>' if low_open else '>='} {low}")
+        if high is not None:
+            parts.append(f"<= {high}")
+        text = " " + " and ".join(parts) if parts else ""
+    return text + (f" ({unit})" if unit else "")
+
+
+def _int(low: int | None = None, high: int | None = None, unit: str = "") -> Check:
+    def check(v):
+        if _is_int(v) and (low is None or v >= low) and (high is None or v <= high):
+            return None
+        return f"{v!r} is not an integer{_bounds(low, high, unit=unit)}"
+    return check
+
+
+def _num(low: float | None = None, high: float | None = None, *, low_open: bool = False,
+         unit: str = "") -> Check:
+    def check(v):
+        if _is_num(v) and (low is None or (v > low if low_open else v >= low)) and (
+                high is None or v <= high):
+            return None
+        return f"{v!r} is not a number{_bounds(low, high, low_open, unit)}"
+    return check
+
+
+def _choice(*values: str) -> Check:
+    def check(v):
+        return None if isinstance(v, str) and v in values else \
+            f"{v!r} is not one of {', '.join(values)}"
+    return check
+
+
+def _optional(inner: Check) -> Check:
+    def check(v):
+        return None if v is None else inner(v)
+    return check
+
+
+def _bool(v) -> str | None:
+    return None if isinstance(v, bool) else f"{v!r} is not true or false"
+
+
+def _pattern(regex: str, what: str) -> Check:
+    def check(v):
+        return None if isinstance(v, str) and re.fullmatch(regex, v) else f"{v!r} is not {what}"
+    return check
+
+
+_DELAY_RE = r"\d+(\.\d+)?(us|ms|s)"  # the same form LeafSpineTopo accepts
+_NAME_RE = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+
+
+def _worker_leaves(v) -> str | None:
+    if v == "spread":
+        return None
+    if isinstance(v, list) and v and all(_is_int(x) and x >= 1 for x in v) \
+            and len(set(v)) == len(v):
+        return None
+    return f"{v!r} is not \"spread\" or a list of distinct leaf indices >= 1"
+
+
+def _stragglers(v) -> str | None:
+    what = "a list of {rank = integer >= 0, factor = number >= 1} tables"
+    if not isinstance(v, list):
+        return f"{v!r} is not {what}"
+    problems = []
+    for i, item in enumerate(v):
+        if not isinstance(item, dict):
+            problems.append(f"[{i}]: {item!r} is not a table {{rank = ..., factor = ...}}")
+            continue
+        for key in item:
+            if key not in ("rank", "factor"):
+                hint = _did_you_mean(key, ("rank", "factor"))
+                problems.append(f"[{i}].{key}: unknown key{hint}")
+        if "rank" not in item:
+            problems.append(f"[{i}].rank: missing; an integer >= 0 (worker rank)")
+        elif not (_is_int(item["rank"]) and item["rank"] >= 0):
+            problems.append(f"[{i}].rank: {item['rank']!r} is not an integer >= 0")
+        if "factor" not in item:
+            problems.append(f"[{i}].factor: missing; a number >= 1 (compute-time multiplier)")
+        elif not (_is_num(item["factor"]) and item["factor"] >= 1):
+            problems.append(f"[{i}].factor: {item['factor']!r} is not a number >= 1 "
+                            "(compute-time multiplier)")
+    ranks = [item.get("rank") for item in v if isinstance(item, dict)]
+    for rank in sorted({r for r in ranks if _is_int(r) and ranks.count(r) > 1}):
+        problems.append(f": rank {rank} is listed more than once")
+    # Several problems, one per line, each continuing "workload.stragglers".
+    return "\n".join(problems) or None
+
+
+def _ports(v) -> str | None:
+    if v == "default":
+        return None
+    if isinstance(v, list) and v and all(
+            isinstance(x, str) and re.fullmatch(naming.OUR_NAME_PATTERN, x) and "-eth" in x
+            for x in v) and len(set(v)) == len(v):
+        return None
+    return (f"{v!r} is not \"default\" or a non-empty list of distinct interface names "
+            "like h1-eth0, lf1-eth3, sp2-eth1")
+
+
+# --- the schema --------------------------------------------------------------------------
+
+def _f(default, check: Check, doc: str, *, sweep: bool = False, list_valued: bool = False):
+    """A schema field: its default, its check, one line of documentation, and whether a
+    list there means a sweep (``sweep``) or is the value itself (``list_valued``)."""
+    meta = {"check": check, "doc": doc, "sweep": sweep, "list_valued": list_valued}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class Topology:
+    """``[topology]``: the fabric (see :class:`incastlab.topologies.leafspine.LeafSpineTopo`)."""
+
+    kind: str = _f("leafspine", _choice(*TOPOLOGY_KINDS),
+                   "leafspine: a two-tier Clos; star: one switch, the classic incast bench")
+    spines: int = _f(2, _int(1, naming.MAX_SPINES), "number of spine switches (leafspine)")
+    leaves: int = _f(2, _int(1, naming.MAX_LEAVES), "number of leaf switches (leafspine)")
+    hosts_per_leaf: int = _f(2, _int(1, naming.MAX_HOSTS_PER_LEAF - 1),
+                             "hosts under each leaf (leafspine)")
+    senders: int | None = _f(None, _optional(_int(1, naming.MAX_HOSTS_PER_LEAF - 1)),
+                             "star: sending hosts besides the receiver; default: just "
+                             "enough for the workload")
+    host_bw_mbps: float = _f(20.0, _num(0, 10_000, low_open=True, unit="Mbit/s"),
+                             "host<->leaf link rate")
+    fabric_bw_mbps: float | None = _f(
+        None, _optional(_num(0, 10_000, low_open=True, unit="Mbit/s")),
+        "leaf<->spine link rate; default non-blocking: hosts_per_leaf*host_bw/spines")
+    oversubscription: float | None = _f(
+        None, _optional(_num(1, 1000)),
+        "alternative to fabric_bw_mbps: fabric_bw = hosts_per_leaf*host_bw/(spines*ratio)")
+    queue_packets: int = _f(100, _int(1, 100_000, unit="packets"),
+                            "pfifo limit of every switch egress queue", sweep=True)
+    delay: str | None = _f(None, _optional(_pattern(_DELAY_RE, "a delay like '2ms', '500us' "
+                                                               "or '0.1s'")),
+                           "one-way delay of every link; needs netem")
+    congestion_control: str = _f("cubic", _choice(*CONGESTION_CONTROLS),
+                                 "TCP congestion control set in every host", sweep=True)
+
+
+@dataclass
+class Routing:
+    """``[routing]``: which spine each flow crosses."""
+
+    policy: str = _f("ecmp", _choice(*POLICIES),
+                     "single path, ECMP hashing, round-robin spread, or adaptive "
+                     "(least-loaded spine from port statistics)", sweep=True)
+    poll_interval_s: float = _f(0.2, _num(0, 10, low_open=True, unit="s"),
+                                "port-statistics polling interval; adaptive needs 0.1 to 0.5")
+    idle_timeout_s: int = _f(10, _int(0, 65_535, unit="s"),
+                             "OpenFlow idle timeout of installed flows; 0 = never")
+
+
+@dataclass
+class Straggler:
+    """A slow worker: its compute time is multiplied by ``factor``."""
+
+    rank: int
+    factor: float
+
+
+@dataclass
+class Workload:
+    """``[workload]``: the programs in the hosts and where they run."""
+
+    kind: str = _f("ps", _choice(*WORKLOAD_KINDS),
+                   "ps: parameter server; ring: ring all-reduce; incast: incast benchmark",
+                   sweep=True)
+    mode: str = _f("sync", _choice(*PS_MODES),
+                   "PS consistency: sync, async, ssp (bounded staleness), backup "
+                   "(drop the last backup_workers gradients of each step)", sweep=True)
+    workers: int = _f(3, _int(1, 1000), "training workers (ps) or ring ranks (ring)",
+                      sweep=True)
+    shards: int = _f(1, _int(1, 100), "PS hosts the model is sharded over (ps)")
+    staleness: int | None = _f(None, _optional(_int(0, 1000, unit="steps")),
+                               "ssp: how far the fastest worker may run ahead; "
+                               "required for mode ssp", sweep=True)
+    backup_workers: int | None = _f(None, _optional(_int(1, 999)),
+                                    "backup: late gradients dropped per step; required for "
+                                    "mode backup, fewer than workers", sweep=True)
+    impl: str = _f("ring", _choice(*RING_IMPLS),
+                   "ring: our chunked ring all-reduce; gloo: torch.distributed all_reduce",
+                   sweep=True)
+    model_size: int = _f(250_000, _int(10_000, 10_000_000, unit="parameters"),
+                         "model parameter count (float32: 4 bytes each)", sweep=True)
+    iterations: int = _f(10, _int(1, 100_000), "training iterations per worker")
+    batch_size: int = _f(32, _int(1, 65_536), "samples per worker per iteration")
+    lr: float = _f(0.05, _num(0, 10, low_open=True), "SGD learning rate")
+    timeout_s: float = _f(120.0, _num(0, 86_400, low_open=True, unit="s"),
+                          "communication timeout of the apps (a stalled peer fails the run)")
+    stragglers: list[Straggler] = _f([], _stragglers,
+                                     "slow workers: [{rank = worker rank, factor = "
+                                     "compute-time multiplier}]", list_valued=True)
+    ps_leaf: int = _f(1, _int(1, naming.MAX_LEAVES),
+                      "leaf of the PS host(s) (ps) or the receiver (incast)")
+    worker_leaves: list[int] | str = _f("spread", _worker_leaves,
+                                        "leaves the workers/senders fill round-robin, or "
+                                        "\"spread\": all leaves, the PS leaf last",
+                                        list_valued=True)
+    senders: int = _f(4, _int(1, naming.MAX_HOSTS_PER_LEAF - 1),
+                      "incast: hosts sending to the receiver at once", sweep=True)
+    block_bytes: int = _f(131_072, _int(1, 1 << 30, unit="bytes"),
+                          "incast: bytes each sender sends per round")
+    rounds: int = _f(20, _int(1, 100_000), "incast: synchronized rounds")
+    rto_min_ms: float | None = _f(None, _optional(_num(0, 60_000, low_open=True, unit="ms")),
+                                  "minimum TCP retransmission timeout set on every host's "
+                                  "routes; default: the kernel's (200 ms)", sweep=True)
+
+
+@dataclass
+class Capture:
+    """``[capture]``: what is recorded."""
+
+    enabled: bool = _f(True, _bool, "capture packets with tcpdump")
+    snaplen: int = _f(128, _int(64, 65_535, unit="bytes"), "bytes kept per packet (headers)")
+    ports: list[str] | str = _f("default", _ports,
+                                "\"default\": PS/receiver host ports, every worker port and "
+                                "the spine->leaf downlinks toward the PS; or interface names",
+                                list_valued=True)
+    queue_sample_ms: float = _f(10.0, _num(0, 20, low_open=True, unit="ms"),
+                                "queue sampling interval of every switch egress port")
+
+
+@dataclass
+class Run:
+    """``[run]``: limits and bookkeeping."""
+
+    name: str = _f("default", _pattern(_NAME_RE, "a name of letters, digits, '.', '_', '-'"),
+                   "run name; default: the spec file's name")
+    description: str = _f("", _pattern(r"[^\x00]*", "text"), "what the run asks, for reports")
+    duration_limit_s: float = _f(900.0, _num(0, 86_400, low_open=True, unit="s"),
+                                 "the whole run is aborted after this long")
+    phase_timeout_s: float = _f(60.0, _num(0, 3600, low_open=True, unit="s"),
+                                "deadline of each bring-up phase (fabric, controller, ...)")
+    repetitions: int = _f(1, _int(1, 100), "runs of each sweep point (incastlab sweep)")
+    seed: int = _f(1, _int(0, 2**31 - 1), "random seed; repetition r uses seed + r - 1")
+    out_dir: str = _f("runs", _pattern(r"[^\x00]+", "a directory path"),
+                      "where run directories are created")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Hosts of a workload. ``servers``: PS hosts (ps), the receiver (incast), none (ring).
+    ``workers``: worker/ring/sender hosts, index = worker rank."""
+
+    servers: tuple[str, ...]
+    workers: tuple[str, ...]
+
+
+@dataclass
+class Spec:
+    """A whole experiment. Tables are attributes: ``spec.routing.policy``. In a sweep spec
+    (before :func:`expand_sweep`) sweepable fields may hold lists."""
+
+    topology: Topology = field(default_factory=Topology)
+    routing: Routing = field(default_factory=Routing)
+    workload: Workload = field(default_factory=Workload)
+    capture: Capture = field(default_factory=Capture)
+    run: Run = field(default_factory=Run)
+    source: str | None = field(default=None, compare=False, repr=False)
+
+    # -- serialisation --
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Plain nested dicts in schema order, ``None`` (= absent) fields left out."""
+        out = {}
+        for table in TABLES:
+            values = dataclasses.asdict(getattr(self, table))
+            out[table] = {k: v for k, v in values.items() if v is not None}
+        return out
+
+    def to_toml(self) -> str:
+        """The resolved spec as TOML (the run directory's ``spec.toml``); loading it back
+        gives an equal Spec."""
+        import tomli_w
+
+        head = (f"# incastlab spec (format {FORMAT_VERSION}), resolved: defaults and "
+                "overrides applied\n")
+        return head + tomli_w.dumps(self.to_dict())
+
+    # -- sweeps --
+    def swept(self) -> dict[str, list]:
+        """Sweep axes: dotted field name -> its list of values, in schema order."""
+        return {key: value for key, value, meta in _iter_fields(self)
+                if meta["sweep"] and isinstance(value, list)}
+
+    @property
+    def is_sweep(self) -> bool:
+        """True when this spec asks for more than one run (list values or repetitions)."""
+        return bool(self.swept()) or self.run.repetitions != 1
+
+    def require_single(self) -> None:
+        """Refuse a sweep where one run is expected (``incastlab run``)."""
+        if not self.is_sweep:
+            return
+        axes = [f"{k} ({len(v)} values)" for k, v in self.swept().items()]
+        if self.run.repetitions != 1:
+            axes.append(f"run.repetitions = {self.run.repetitions}")
+        runs = _count_runs(self)
+        raise SpecError([f"this spec is a sweep of {runs} runs over {', '.join(axes)}: "
+                         "`incastlab run` does one run; use `incastlab sweep` instead"],
+                        self.source)
+
+    # -- topology --
+    def topology_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``TOPOS[spec.topology.kind]`` (LeafSpineTopo/StarTopo):
+        rates in Mbit/s, queues in packets."""
+        self._require_unswept()
+        return _topology_kwargs(self)
+
+    def _require_unswept(self) -> None:
+        if self.swept():
+            raise SpecError([f"{', '.join(self.swept())} hold sweep lists: expand the spec "
+                             "with expand_sweep() first"], self.source)
+
+    def make_topology(self):
+        """Construct the Mininet Topo (a description; nothing runs). Its own checks'
+        TopologyError becomes a SpecError naming ``topology.<field>``."""
+        self._require_unswept()
+        return _make_topology(self)
+
+    # -- hosts --
+    def placement(self) -> Placement:
+        """Which hosts are servers and which are workers (rank order). Leaf–spine: the
+        ``shards`` PS hosts (or the incast receiver) are the first hosts of ``ps_leaf``;
+        workers fill ``worker_leaves`` round-robin, each leaf's lowest free host first
+        (``"spread"`` = every leaf, starting after the PS leaf, for a ring from leaf 1).
+        Star: workers are ``h1..hN``, servers the last hosts."""
+        self._require_unswept()
+        placed, errors = _place(self)
+        if errors:
+            raise SpecError(errors, self.source)
+        return placed
+
+    def capture_interfaces(self) -> list[str]:
+        """Interfaces to capture on, resolved (``[]`` when capture is disabled)."""
+        if not self.capture.enabled:
+            return []
+        if self.capture.ports != "default":
+            return list(self.capture.ports)
+        placed = self.placement()
+        names = [naming.intf_name(h, 0) for h in placed.servers + placed.workers]
+        if self.topology.kind == "leafspine" and placed.servers:
+            names += [naming.intf_name(naming.spine_name(j),
+                                       naming.spine_downlink_port(self.workload.ps_leaf))
+                      for j in range(1, self.topology.spines + 1)]
+        return names
+
+
+TABLES: dict[str, type] = {"topology": Topology, "routing": Routing, "workload": Workload,
+                           "capture": Capture, "run": Run}
+SWEEPABLE: tuple[str, ...] = tuple(
+    f"{t}.{f.name}" for t, cls in TABLES.items() for f in dataclasses.fields(cls)
+    if f.metadata["sweep"])
+# Sweep labels use the bare field name; it must say which field it is.
+assert len({k.split(".")[1] for k in SWEEPABLE}) == len(SWEEPABLE)
+
+
+def _iter_fields(spec: Spec):
+    for table in TABLES:
+        obj = getattr(spec, table)
+        for f in dataclasses.fields(obj):
+            yield f"{table}.{f.name}", getattr(obj, f.name), f.metadata
+
+
+def _get(spec: Spec, key: str):
+    table, name = key.split(".")
+    return getattr(getattr(spec, table), name)
+
+
+def _set(spec: Spec, key: str, value) -> None:
+    table, name = key.split(".")
+    setattr(getattr(spec, table), name, value)
+
+
+def _did_you_mean(word: str, candidates: Iterable[str], fmt: str = "'{}'") -> str:
+    match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {fmt.format(match[0])}?)" if match else ""
+
+
+# --- loading -----------------------------------------------------------------------------
+
+def _parse_value(text: str):
+    """A CLI value as a TOML value (``8``, ``true``, ``["a","b"]``, ``{rank=0}``), or, when
+    that fails, the bare string (``ecmp``, ``2ms``)."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _apply_overrides(raw: dict, overrides: Iterable[str], errors: list[str]) -> None:
+    every_field = [f"{t}.{f.name}" for t, cls in TABLES.items() for f in dataclasses.fields(cls)]
+    for item in overrides:
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        parts = key.split(".")
+        if not eq or len(parts) != 2 or not all(parts):
+            hint = _did_you_mean(key, every_field) if "." not in key else ""
+            if not hint:
+                hint = next((f" (did you mean '{k}'?)" for k in every_field
+                             if k.endswith("." + key)), "")
+            errors.append(f"override {item!r}: expected table.field=value{hint}")
+            continue
+        table, name = parts
+        target = raw.setdefault(table, {})
+        if isinstance(target, dict):
+            target[name] = _parse_value(value.strip())
+        # a non-table here is reported by _split_tables
+
+
+def _split_tables(raw: dict, errors: list[str]) -> dict[str, dict]:
+    """Known tables' known fields; every unknown name is an error with a suggestion."""
+    tables: dict[str, dict] = {t: {} for t in TABLES}
+    owner = {f.name: t for t, cls in TABLES.items() for f in dataclasses.fields(cls)}
+    for table, content in raw.items():
+        if table not in TABLES:
+            if not isinstance(content, dict) and table in owner:
+                errors.append(f"{table}: a field outside its table; write it under "
+                              f"[{owner[table]}]")
+            else:
+                errors.append(f"{table}: unknown table{_did_you_mean(table, TABLES)}; "
+                              f"tables are {', '.join(TABLES)}")
+            continue
+        if not isinstance(content, dict):
+            errors.append(f"{table}: {content!r} is not a table")
+            continue
+        names = [f.name for f in dataclasses.fields(TABLES[table])]
+        for name, value in content.items():
+            if name in names:
+                tables[table][name] = value
+                continue
+            hint = _did_you_mean(name, names, f"{table}.{{}}")
+            if not hint and owner.get(name):
+                hint = f" (it belongs in [{owner[name]}]: {owner[name]}.{name})"
+            errors.append(f"{table}.{name}: unknown field{hint}; [{table}] has "
+                          f"{', '.join(names)}")
+    return tables
+
+
+def loads_spec(text: str, overrides: Iterable[str] = (), *,
+               capabilities: Mapping[str, Any] | Any | None = None,
+               allow_sweep: bool = False, source: str | None = None,
+               name: str = "default") -> Spec:
+    """Parse, override and validate a spec given as TOML text. See :func:`load_spec`."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError([f"not valid TOML: {exc}"], source) from None
+    errors: list[str] = []
+    _apply_overrides(raw, overrides, errors)
+    tables = _split_tables(raw, errors)
+    tables["run"].setdefault("name", name)
+    spec = Spec(**{t: cls(**tables[t]) for t, cls in TABLES.items()}, source=source)
+    errors += _problems(spec, capabilities)
+    if errors:
+        raise SpecError(errors, source)
+    spec = _normalized(spec)
+    if not allow_sweep:
+        spec.require_single()
+    return spec
+
+
+def load_spec(path: str | Path | None = None, overrides: Iterable[str] = (), *,
+              capabilities: Mapping[str, Any] | Any | None = None,
+              allow_sweep: bool = False) -> Spec:
+    """Load a spec file (``None``: all defaults), apply CLI overrides and validate it.
+
+    overrides: strings ``table.field=value`` (``--set routing.policy=ecmp``); the value is
+        parsed as a TOML value, else taken as a bare string.
+    capabilities: what the runner's preflight found (``{"netem": bool}`` or its
+        Capabilities object); ``None`` skips machine-dependent checks.
+    allow_sweep: accept list values and repetitions (``incastlab sweep``); otherwise a
+        sweep spec is refused with a pointer to ``incastlab sweep``.
+    run.name defaults to the file's name without ``.toml``.
+    Raises SpecError listing every problem.
+    """
+    if path is None:
+        return loads_spec("", overrides, capabilities=capabilities, allow_sweep=allow_sweep)
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([f"cannot read the spec: {exc}"], str(path)) from None
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", path.stem).lstrip("._-") or "default"
+    return loads_spec(text, overrides, capabilities=capabilities, allow_sweep=allow_sweep,
+                      source=str(path), name=stem[:64])
+
+
+def _normalized(spec: Spec) -> Spec:
+    """A copy with numbers of float fields as floats and stragglers as Straggler."""
+    spec = copy.deepcopy(spec)
+    hints = {t: cls.__annotations__ for t, cls in TABLES.items()}
+    for key, value, _meta in _iter_fields(spec):
+        table, name = key.split(".")
+        if "float" in hints[table][name]:
+            if isinstance(value, list):
+                _set(spec, key, [float(v) if _is_num(v) else v for v in value])
+            elif _is_num(value):
+                _set(spec, key, float(value))
+    spec.workload.stragglers = [
+        s if isinstance(s, Straggler) else Straggler(int(s["rank"]), float(s["factor"]))
+        for s in spec.workload.stragglers]
+    return spec
+
+
+# --- validation --------------------------------------------------------------------------
+
+def validate(spec: Spec, capabilities: Mapping[str, Any] | Any | None = None) -> None:
+    """Check the whole spec (every sweep point too); raise SpecError listing every problem.
+
+    capabilities: ``{"netem": False, ...}`` or the preflight's Capabilities; ``None``
+    skips machine-dependent checks. No system calls are made.
+    """
+    errors = _problems(spec, capabilities)
+    if errors:
+        raise SpecError(errors, spec.source)
+
+
+def _caps(capabilities) -> dict[str, Any]:
+    if capabilities is None:
+        return {}
+    if hasattr(capabilities, "as_dict"):
+        return capabilities.as_dict()
+    return dict(capabilities)
+
+
+def _problems(spec: Spec, capabilities) -> list[str]:
+    errors: list[str] = []
+    bad: set[str] = set()
+    sweepable = ", ".join(SWEEPABLE)
+    for key, value, meta in _iter_fields(spec):
+        check = meta["check"]
+        if key == "workload.stragglers" and isinstance(value, list):
+            value = [dataclasses.asdict(v) if isinstance(v, Straggler) else v for v in value]
+        found = []
+        if isinstance(value, list) and meta["sweep"]:
+            if not value:
+                found.append(f"{key}: [] is an empty sweep; give at least one value")
+            for v in value:
+                problem = check(v)
+                if problem:
+                    found.append(f"{key}: {problem}")
+            for v in value:
+                if isinstance(v, (str, int, float)) and value.count(v) > 1:
+                    found.append(f"{key}: {value!r} lists {v!r} more than once")
+                    break
+        elif isinstance(value, list) and not meta["list_valued"]:
+            found.append(f"{key}: {value!r} is a list, but {key} cannot be swept; "
+                         f"sweepable fields are {sweepable}")
+        else:
+            problem = check(value)
+            for line in problem.split("\n") if problem else ():
+                found.append(f"{key}{line}" if line[0] in "[:" else f"{key}: {line}")
+        if found:
+            bad.add(key)
+            errors += found
+    if not any(key in bad for key in SWEEPABLE) and "run.repetitions" not in bad:
+        runs = _count_runs(spec)
+        if runs > MAX_SWEEP_RUNS:
+            errors.append(f"run.repetitions: the sweep expands to {runs} runs, more than "
+                          f"{MAX_SWEEP_RUNS}")
+    if any(key in bad for key in SWEEPABLE):
+        return errors  # points cannot be built from bad axes; fix those first
+    # Cross-field checks, per sweep point; a problem shared by every point is said once.
+    caps = _caps(capabilities)
+    seen: dict[str, list[str]] = {}
+    points = list(_points(spec))
+    for label, point in points:
+        for problem in _point_problems(point, caps, bad):
+            seen.setdefault(problem, []).append(label)
+    for problem, labels in seen.items():
+        if len(points) > 1 and len(labels) < len(points):
+            problem += f" (sweep point {'; '.join(labels)})"
+        errors.append(problem)
+    return errors
+
+
+def _count_runs(spec: Spec) -> int:
+    runs = spec.run.repetitions if _is_int(spec.run.repetitions) else 1
+    for values in spec.swept().values():
+        runs *= max(len(values), 1)
+    return runs
+
+
+def _points(spec: Spec):
+    """(label, single-valued spec) for each combination of sweep values, no repetitions."""
+    axes = spec.swept()
+    for combo in itertools.product(*axes.values()):
+        point = copy.deepcopy(spec)
+        for key, value in zip(axes, combo, strict=True):
+            _set(point, key, value)
+        label = ",".join(f"{key.split('.')[1]}={_label_value(value)}"
+                         for key, value in zip(axes, combo, strict=True))
+        yield label, point
+
+
+def _label_value(v) -> str:
+    if isinstance(v, bool):
+        text = "true" if v else "false"
+    elif isinstance(v, float):
+        text = format(v, "g")
+    else:
+        text = str(v)
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)
+
+
+def _point_problems(p: Spec, caps: dict[str, Any], bad: set[str]) -> list[str]:
+    """Problems that involve more than one field, for one single-valued spec."""
+    t, r, w, c = p.topology, p.routing, p.workload, p.capture
+    errors: list[str] = []
+
+    def ok(*keys: str) -> bool:
+        return not any(k in bad for k in keys)
+
+    if ok("topology.fabric_bw_mbps", "topology.oversubscription") and \
+            t.fabric_bw_mbps is not None and t.oversubscription is not None:
+        errors.append(f"topology.oversubscription: {t.oversubscription!r} given together with "
+                      f"topology.fabric_bw_mbps = {t.fabric_bw_mbps!r}; give one, not both")
+    if t.delay and ok("topology.delay") and caps.get("netem") is False:
+        errors.append(f"topology.delay: {t.delay!r} needs netem (sch_netem), which this "
+                      "kernel does not have; leave topology.delay out here")
+    if r.policy == "adaptive" and ok("routing.poll_interval_s") and not (
+            ADAPTIVE_POLL_RANGE[0] <= r.poll_interval_s <= ADAPTIVE_POLL_RANGE[1]):
+        errors.append(f"routing.poll_interval_s: {r.poll_interval_s!r} is not from "
+                      f"{ADAPTIVE_POLL_RANGE[0]} to {ADAPTIVE_POLL_RANGE[1]} (s), as policy "
+                      "adaptive needs")
+    if w.kind == "ring" and ok("workload.workers") and w.workers < 2:
+        errors.append(f"workload.workers: {w.workers!r} is not an integer >= 2, as a ring "
+                      "needs")
+    if w.kind == "ps" and w.mode == "ssp" and w.staleness is None and ok("workload.staleness"):
+        errors.append("workload.staleness: missing; mode ssp needs an integer >= 0 (steps the "
+                      "fastest worker may run ahead of the slowest)")
+    if w.kind == "ps" and w.mode == "backup" and ok("workload.backup_workers",
+                                                    "workload.workers"):
+        if w.backup_workers is None:
+            errors.append("workload.backup_workers: missing; mode backup needs an integer "
+                          "from 1 to workload.workers - 1")
+        elif w.backup_workers >= w.workers:
+            errors.append(f"workload.backup_workers: {w.backup_workers!r} is not from 1 to "
+                          f"{w.workers - 1} (fewer than workload.workers = {w.workers})")
+    count_key = "workload.senders" if w.kind == "incast" else "workload.workers"
+    if ok("workload.stragglers", count_key):
+        count = w.senders if w.kind == "incast" else w.workers
+        for i, s in enumerate(w.stragglers):
+            rank = s.rank if isinstance(s, Straggler) else s["rank"]
+            if rank >= count:
+                errors.append(f"workload.stragglers[{i}].rank: {rank!r} is not a worker rank "
+                              f"from 0 to {count - 1}")
+    topo_keys = [f"topology.{f.name}" for f in dataclasses.fields(Topology)]
+    place_keys = ["workload.kind", "workload.workers", "workload.shards", "workload.senders",
+                  "workload.ps_leaf", "workload.worker_leaves"]
+    if not ok(*topo_keys) or any(e.startswith("topology.") for e in errors):
+        return errors
+    if ok(*place_keys):
+        _placed, place_errors = _place(p)
+        errors += place_errors
+        if place_errors:
+            return errors
+    try:
+        _make_topology(p)
+    except SpecError as exc:
+        errors += exc.errors
+        return errors
+    except ImportError:  # no Mininet library here: our own checks above must do
+        pass
+    if c.ports != "default" and ok("capture.ports"):
+        known = _interfaces(p)
+        for name in c.ports:
+            if name not in known:
+                errors.append(f"capture.ports: {name!r} is not an interface of this fabric "
+                              f"(hosts h1-eth0..h{_host_count(p)}-eth0; see fabric.json)")
+    return errors
+
+
+def _topology_kwargs(p: Spec) -> dict[str, Any]:
+    t = p.topology
+    if t.kind == "star":
+        return {"senders": _star_senders(p), "host_bw": t.host_bw_mbps,
+                "queue_packets": t.queue_packets, "delay": t.delay}
+    return {"spines": t.spines, "leaves": t.leaves, "hosts_per_leaf": t.hosts_per_leaf,
+            "host_bw": t.host_bw_mbps, "fabric_bw": t.fabric_bw_mbps,
+            "oversubscription": t.oversubscription, "queue_packets": t.queue_packets,
+            "delay": t.delay}
+
+
+def _make_topology(p: Spec):
+    from incastlab.topologies.leafspine import TOPOS, TopologyError
+
+    try:
+        return TOPOS[p.topology.kind](**_topology_kwargs(p))
+    except TopologyError as exc:
+        raise SpecError([_topology_error(str(exc))], p.source) from None
+
+
+_TOPO_FIELD = {"host_bw": "host_bw_mbps", "fabric_bw": "fabric_bw_mbps", "give": "oversubscription"}
+
+
+def _topology_error(message: str) -> str:
+    """``topology.<field>: <message>`` for a TopologyError, whose message starts with the
+    name of the Topo parameter."""
+    first = re.match(r"\w+", message)
+    word = first.group(0) if first else ""
+    name = _TOPO_FIELD.get(word, word)
+    if name not in {f.name for f in dataclasses.fields(Topology)}:
+        return f"topology: {message}"
+    return f"topology.{name}: {message}"
+
+
+# --- placement ---------------------------------------------------------------------------
+
+def _roles(p: Spec) -> tuple[int, int, str, str]:
+    """(servers, workers, noun for workers, noun for servers) of the workload."""
+    w = p.workload
+    if w.kind == "ps":
+        return w.shards, w.workers, "workers", "PS host" if w.shards == 1 else "PS hosts"
+    if w.kind == "incast":
+        return 1, w.senders, "senders", "receiver"
+    return 0, w.workers, "ring ranks", ""
+
+
+def _star_senders(p: Spec) -> int:
+    servers, workers, _, _ = _roles(p)
+    return p.topology.senders or max(servers + workers - 1, 1)
+
+
+def _shape(p: Spec) -> tuple[int, int]:
+    """(leaves, hosts per leaf) of the fabric."""
+    if p.topology.kind == "star":
+        return 1, _star_senders(p) + 1
+    return p.topology.leaves, p.topology.hosts_per_leaf
+
+
+def _host_count(p: Spec) -> int:
+    leaves, per_leaf = _shape(p)
+    return leaves * per_leaf
+
+
+def _interfaces(p: Spec) -> set[str]:
+    leaves, per_leaf = _shape(p)
+    spines = p.topology.spines if p.topology.kind == "leafspine" else 0
+    names = {naming.intf_name(f"h{n}", 0) for n in range(1, leaves * per_leaf + 1)}
+    for i in range(1, leaves + 1):
+        names |= {naming.intf_name(naming.leaf_name(i), port)
+                  for port in range(1, per_leaf + spines + 1)}
+    for j in range(1, spines + 1):
+        names |= {naming.intf_name(naming.spine_name(j), port) for port in range(1, leaves + 1)}
+    return names
+
+
+def _place(p: Spec) -> tuple[Placement | None, list[str]]:
+    w = p.workload
+    n_servers, n_workers, noun, server_noun = _roles(p)
+    count_key = "workload.senders" if w.kind == "incast" else "workload.workers"
+    leaves, per_leaf = _shape(p)
+    errors = []
+    if p.topology.kind == "star":
+        if w.ps_leaf != 1 and n_servers:
+            errors.append(f"workload.ps_leaf: {w.ps_leaf!r} is not a leaf of this fabric "
+                          "(a star has leaf 1 only)")
+        if w.worker_leaves not in ("spread", [1]):
+            errors.append(f"workload.worker_leaves: {w.worker_leaves!r} is not \"spread\" or "
+                          "[1] (a star has leaf 1 only)")
+        if n_servers + n_workers > per_leaf:
+            errors.append(f"{count_key}: {n_workers} {noun} + {n_servers} {server_noun} need "
+                          f"{n_workers + n_servers} hosts, but topology.senders = "
+                          f"{p.topology.senders} gives {per_leaf}")
+        if errors:
+            return None, errors
+        hosts = [naming.host_name(1, k, per_leaf) for k in range(1, per_leaf + 1)]
+        return Placement(tuple(hosts[per_leaf - n_servers:]), tuple(hosts[:n_workers])), []
+
+    if n_servers and w.ps_leaf > leaves:
+        errors.append(f"workload.ps_leaf: {w.ps_leaf!r} is not a leaf of this fabric "
+                      f"(1 to {leaves})")
+    elif n_servers > per_leaf:
+        errors.append(f"workload.shards: {n_servers} PS hosts do not fit on leaf {w.ps_leaf}, "
+                      f"which has {per_leaf} hosts")
+    if isinstance(w.worker_leaves, list):
+        for leaf in w.worker_leaves:
+            if leaf > leaves:
+                errors.append(f"workload.worker_leaves: {leaf!r} is not a leaf of this "
+                              f"fabric (1 to {leaves})")
+    if n_servers + n_workers > leaves * per_leaf:
+        servers_text = f" + {n_servers} {server_noun}" if n_servers else ""
+        errors.append(f"{count_key}: {n_workers} {noun}{servers_text} need "
+                      f"{n_workers + n_servers} hosts, but the fabric has "
+                      f"{leaves * per_leaf} ({leaves} leaves x {per_leaf} hosts)")
+    if errors:
+        return None, errors
+    servers = [(w.ps_leaf, k) for k in range(1, n_servers + 1)]
+    if isinstance(w.worker_leaves, list):
+        order = list(w.worker_leaves)
+    elif n_servers:
+        order = [(w.ps_leaf + d - 1) % leaves + 1 for d in range(1, leaves + 1)]
+    else:
+        order = list(range(1, leaves + 1))
+    free = {leaf: [k for k in range(1, per_leaf + 1) if (leaf, k) not in servers]
+            for leaf in order}
+    workers: list[tuple[int, int]] = []
+    while len(workers) < n_workers and any(free.values()):
+        for leaf in order:
+            if free[leaf] and len(workers) < n_workers:
+                workers.append((leaf, free[leaf].pop(0)))
+    if len(workers) < n_workers:
+        return None, [f"workload.worker_leaves: {n_workers} {noun} do not fit on leaves "
+                      f"{', '.join(map(str, order))}, which have {len(workers)} free hosts"]
+
+    def name(pos):
+        return naming.host_name(pos[0], pos[1], per_leaf)
+
+    return Placement(tuple(map(name, servers)), tuple(map(name, workers))), []
+
+
+# --- sweeps ------------------------------------------------------------------------------
+
+def expand_sweep(spec: Spec) -> list[tuple[str, Spec]]:
+    """Every run a (sweep) spec asks for: the cross product of its sweep lists, in schema
+    order, times ``run.repetitions`` (outermost, so each repetition completes the whole
+    comparison before the next starts). Each run is a single-valued spec with
+    ``repetitions = 1`` and ``seed = seed + rep - 1``, labelled deterministically and
+    filesystem-safely, e.g. ``policy=ecmp,workers=4,rep=1``. A spec that is no sweep gives
+    one run labelled ``rep=1``."""
+    validate(spec)
+    points = list(_points(spec))
+    runs = []
+    for rep in range(1, spec.run.repetitions + 1):
+        for label, point in points:
+            single = copy.deepcopy(point)
+            single.run.repetitions = 1
+            single.run.seed = spec.run.seed + rep - 1
+            runs.append((f"{label},rep={rep}" if label else f"rep={rep}", single))
+    return runs
+
+
+def schema_rows() -> list[tuple[str, str, str, str]]:
+    """(field, default, allowed/sweepable, doc) for every field: the schema as data."""
+    rows = []
+    for table, cls in TABLES.items():
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            probe = f.metadata["check"](object())  # the "what is allowed" text
+            allowed = probe.split(" is not ", 1)[1] if probe and " is not " in probe else ""
+            if f.metadata["sweep"]:
+                allowed += "; sweepable"
+            rows.append((f"{table}.{f.name}", "(absent)" if default is None else repr(default),
+                         allowed, f.metadata["doc"]))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m incastlab.spec [SPEC [table.field=value ...]]``: check a spec and print
+    it resolved; without arguments print the schema."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        for key, default, allowed, doc in schema_rows():
+            print(f"{key:32} {default:12} {allowed}\n{'':32} {doc}")
+        return 0
+    try:
+        spec = load_spec(argv[0], argv[1:], allow_sweep=True)
+    except SpecError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(spec.to_toml(), end="")
+    if spec.is_sweep:
+        print("\n# runs: " + " ".join(label for label, _ in expand_sweep(spec)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
