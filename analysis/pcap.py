@@ -1,0 +1,485 @@
+"""Classic-pcap parser: bytes in, one row per captured frame out (vectorised NumPy).
+
+Supported input
+    Classic pcap ("libpcap") files with microsecond (0xa1b2c3d4) or nanosecond
+    (0xa1b23c4d) magic, in either byte order. Link types: Ethernet (1, with up to two
+    802.1Q/802.1ad VLAN tags), Linux cooked capture v1 (113) and v2 (276), raw IPv4
+    (101, 228). pcapng files are rejected with a `PcapError` that says how to convert
+    them (`editcap -F pcap in.pcapng out.pcap`).
+
+What is kept
+    Every frame becomes a row, also non-IPv4 and non-TCP frames, so row counts equal
+    what tcpdump captured. For frames that are not IPv4 `proto` is 0 and the IP/L4
+    columns are 0; `ethertype` says what they were. `hdr_ok` is True only when the
+    whole IPv4 header and (for TCP/UDP) the fixed L4 header lie inside the captured
+    bytes and the packet is not a non-first IP fragment; analyses use TCP rows with
+    `hdr_ok` only. Sizes come from the IP header (`ip_len`, `payload_len`), never from
+    the snap length, so header-only captures give true byte counts.
+
+Columns (units)
+    t            capture time, Unix epoch seconds (float64; ~0.2 us resolution)
+    iface        capture interface (categorical; from the caller, e.g. "h1-eth0")
+    frame_len    original frame length on the wire, bytes
+    caplen       bytes captured
+    ethertype    EtherType after VLAN tags (0 for raw-IP link types: 0x0800 assumed)
+    vlan         outermost VLAN id, -1 when untagged
+    src, dst     IPv4 addresses as uint32 (see `ip_to_str`)
+    proto        IP protocol number (6 TCP, 17 UDP), 0 if not IPv4
+    ip_len       IPv4 total length, bytes
+    ip_id        IPv4 identification (tells a retransmission from a capture duplicate)
+    sport, dport L4 ports (TCP/UDP)
+    seq, ack     TCP sequence and acknowledgement numbers (raw, uint32)
+    flags        TCP flags byte (FIN 1, SYN 2, RST 4, PSH 8, ACK 16, URG 32, ECE 64, CWR 128)
+    win          TCP window field (unscaled)
+    payload_len  L4 payload bytes = ip_len - IHL - TCP data offset (UDP: - 8)
+    sack         TCP SACK option (kind 5) present
+    sack_ok      TCP SACK-permitted option (kind 4) present (SYNs)
+    tsval, tsecr TCP timestamp option values (0 when absent); `has_ts` says which
+    hdr_ok       see above
+
+Corrupt or truncated files
+    A file cut inside its last record, or one whose record headers stop making sense
+    (caplen larger than the snap length and 256 KiB, or larger than the frame length),
+    is parsed up to the last good record; the result carries
+    ``df.attrs['partial'] = True``, ``df.attrs['bytes_skipped']`` and
+    ``df.attrs['reason']``. A file too short for its global header, with an unknown
+    magic, or an unsupported link type raises `PcapError`.
+
+Speed
+    Record boundaries are found without a per-record Python loop: every position
+    whose two high timestamp bytes equal those of the first record is a candidate
+    record start; candidates that fail plausibility checks are dropped; the result is
+    accepted only if it forms one exact chain (each start + 16 + caplen is the next
+    start). Where it does not (e.g. a capture spanning an 18-hour timestamp boundary,
+    or a corrupt region) the parser walks record by record past that point and tries
+    the fast path again, so the answer is always the exact record chain.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+PARSER_VERSION = 3
+
+MAGIC_US = 0xA1B2C3D4
+MAGIC_NS = 0xA1B23C4D
+MAGIC_PCAPNG = 0x0A0D0D0A
+
+LINKTYPE_ETHERNET = 1
+LINKTYPE_RAW = 101
+LINKTYPE_LINUX_SLL = 113
+LINKTYPE_IPV4 = 228
+LINKTYPE_LINUX_SLL2 = 276
+SUPPORTED_LINKTYPES = (LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_LINUX_SLL,
+                       LINKTYPE_IPV4, LINKTYPE_LINUX_SLL2)
+
+MAX_CAPLEN = 262144  # tcpdump's own ceiling for a record
+CHUNK = 1 << 24      # bytes compared per step when looking for record starts
+
+FIN, SYN, RST, PSH, ACK = 1, 2, 4, 8, 16
+
+COLUMNS = ["t", "iface", "frame_len", "caplen", "ethertype", "vlan", "src", "dst",
+           "proto", "ip_len", "ip_id", "sport", "dport", "seq", "ack", "flags", "win",
+           "payload_len", "sack", "sack_ok", "has_ts", "tsval", "tsecr", "hdr_ok"]
+
+
+class PcapError(ValueError):
+    """The input is not a classic pcap this parser can read."""
+
+
+def ip_to_str(addr) -> str | list[str]:
+    """Dotted-quad string(s) for IPv4 address(es) given as uint32."""
+    if np.ndim(addr) == 0:
+        a = int(addr)
+        return f"{a >> 24 & 255}.{a >> 16 & 255}.{a >> 8 & 255}.{a & 255}"
+    return [ip_to_str(x) for x in np.asarray(addr)]
+
+
+def ip_to_int(text: str) -> int:
+    """uint32 value of a dotted-quad IPv4 address."""
+    parts = [int(p) for p in text.split(".")]
+    if len(parts) != 4 or not all(0 <= p <= 255 for p in parts):
+        raise ValueError(f"not an IPv4 address: {text!r}")
+    return parts[0] << 24 | parts[1] << 16 | parts[2] << 8 | parts[3]
+
+
+def _global_header(a: np.ndarray):
+    if len(a) < 24:
+        raise PcapError(f"too short for a pcap global header ({len(a)} bytes < 24)")
+    raw = a[:4].tobytes()
+    le = struct.unpack("<I", raw)[0]
+    be = struct.unpack(">I", raw)[0]
+    if le == MAGIC_PCAPNG:
+        raise PcapError("pcapng is not supported; convert it with "
+                        "`editcap -F pcap in.pcapng out.pcap` or capture with "
+                        "`tcpdump -w` (classic pcap)")
+    for endian, value in (("<", le), (">", be)):
+        if value in (MAGIC_US, MAGIC_NS):
+            nano = value == MAGIC_NS
+            _, _, _, _, snaplen, linktype = struct.unpack(endian + "HHiIII", a[4:24].tobytes())
+            linktype &= 0x0FFFFFFF  # upper bits carry FCS info in newer files
+            if linktype not in SUPPORTED_LINKTYPES:
+                raise PcapError(f"unsupported link type {linktype} "
+                                f"(supported: {SUPPORTED_LINKTYPES})")
+            return endian, nano, snaplen, linktype
+    raise PcapError(f"not a classic pcap file (magic {raw.hex()})")
+
+
+def _views(buf, n: int, endian: str):
+    """Unaligned uint16/uint32 views starting at every byte (stride 1)."""
+    def view(dtype):
+        width = np.dtype(dtype).itemsize
+        return np.ndarray(shape=(max(n - width + 1, 0),), dtype=dtype, buffer=buf,
+                          offset=0, strides=(1,))
+    return {"h4": view(endian + "u4"), "b2": view(">u2"), "b4": view(">u4")}
+
+
+def _max_cap(snaplen: int) -> int:
+    return max(snaplen, MAX_CAPLEN)
+
+
+def _fast_segment(a, h4, start, n, endian, nano, snaplen, mbuf):
+    """Verified record starts from `start` on, found by vectorised candidate search.
+
+    Returns (starts, end) where `end` is the offset just after the last verified
+    record (or `start` if not even the first record could be verified).
+    """
+    if n - start < 16:
+        return np.empty(0, np.int64), start
+    hi, lo = (3, 2) if endian == "<" else (0, 1)
+    khi, klo = int(a[start + hi]), int(a[start + lo])
+    found = []
+    last = n - 16  # a candidate needs its full 16-byte record header
+    for s in range(start, last + 1, CHUNK):
+        e = min(s + CHUNK, last + 1)
+        m = mbuf[: e - s]
+        np.equal(a[s + hi:e + hi], khi, out=m)
+        c = np.flatnonzero(m)
+        c += s
+        found.append(c[a[c + lo] == klo])
+    c = np.concatenate(found) if found else np.empty(0, np.int64)
+    c = c.astype(np.int64, copy=False)
+    if len(c) == 0 or c[0] != start:
+        return np.empty(0, np.int64), start
+    cap = h4[c + 8].astype(np.int64)
+    orig = h4[c + 12].astype(np.int64)
+    frac = h4[c + 4]
+    ok = (cap <= _max_cap(snaplen)) & (cap <= orig) & (frac < (10**9 if nano else 10**6))
+    if not ok[0]:
+        return np.empty(0, np.int64), start
+    if not ok.all():
+        c, cap = c[ok], cap[ok]
+    nxt = c + 16 + cap
+    bad = np.flatnonzero(nxt[:-1] != c[1:])
+    if len(bad):
+        # Drop candidates no other candidate points to (false positives in payload
+        # bytes), then check the chain again.
+        pos = np.searchsorted(c, nxt)
+        hit = pos < len(c)
+        hit[hit] = c[pos[hit]] == nxt[hit]
+        referenced = np.zeros(len(c), bool)
+        referenced[pos[hit]] = True
+        referenced[0] = True
+        c, nxt = c[referenced], nxt[referenced]
+        bad = np.flatnonzero(nxt[:-1] != c[1:])
+    if len(bad):
+        k = int(bad[0])          # c[0..k] verified; c[k]'s successor is not c[k+1]
+        c = c[: k + 1]
+    if len(c) and nxt[len(c) - 1] > n:  # last record's data runs past EOF
+        c = c[:-1]
+    end = int(c[-1] + 16 + h4[c[-1] + 8]) if len(c) else start
+    return c, end
+
+
+def _walk(h4, start, n, snaplen, nano, limit=None):
+    """Record-by-record walk; returns (starts, end, reason or None)."""
+    out = []
+    off = start
+    maxcap = _max_cap(snaplen)
+    fmax = 10**9 if nano else 10**6
+    while off + 16 <= n and (limit is None or len(out) < limit):
+        cap = int(h4[off + 8])
+        orig = int(h4[off + 12])
+        if cap > maxcap or cap > orig or int(h4[off + 4]) >= fmax:
+            return out, off, f"implausible record header at byte {off}"
+        if off + 16 + cap > n:
+            return out, off, f"last record truncated at byte {off}"
+        out.append(off)
+        off += 16 + cap
+    if off < n and (limit is None or len(out) < limit):
+        return out, off, f"{n - off} trailing bytes (truncated record header)"
+    return out, off, None
+
+
+def record_offsets(buf) -> tuple[np.ndarray, dict]:
+    """Byte offsets of every complete record in a classic pcap held in `buf`.
+
+    Returns (offsets, info) with info = {endian, nano, snaplen, linktype, partial,
+    bytes_skipped, reason}.
+    """
+    a = np.frombuffer(buf, np.uint8)
+    n = len(a)
+    endian, nano, snaplen, linktype = _global_header(a)
+    h4 = _views(buf, n, endian)["h4"]
+    mbuf = np.empty(min(CHUNK, max(n, 1)), bool)
+    parts = []
+    off = 24
+    reason = None
+    restarts = 0
+    while off < n:
+        if restarts < 8:
+            c, end = _fast_segment(a, h4, off, n, endian, nano, snaplen, mbuf)
+            if len(c):
+                parts.append(c)
+                off = end
+                if off >= n:
+                    break
+            restarts += 1
+            # one careful step past whatever stopped the fast path, then retry
+            step, off2, reason = _walk(h4, off, n, snaplen, nano, limit=1)
+        else:
+            step, off2, reason = _walk(h4, off, n, snaplen, nano)
+        if step:
+            parts.append(np.asarray(step, np.int64))
+        off = off2
+        if reason is not None:
+            break
+    offsets = np.concatenate(parts) if parts else np.empty(0, np.int64)
+    info = {"endian": endian, "nano": nano, "snaplen": snaplen, "linktype": linktype,
+            "partial": reason is not None, "bytes_skipped": int(n - off) if reason else 0,
+            "reason": reason or ""}
+    return offsets, info
+
+
+def _gather(view, idx):
+    return view[np.minimum(idx, len(view) - 1)]
+
+
+def parse_pcap_bytes(buf, iface: str = "") -> pd.DataFrame:
+    """Parse a classic pcap held in memory (bytes, mmap, memoryview) into a DataFrame.
+
+    See the module docstring for the columns, their units and the partial-file rules.
+    """
+    if isinstance(buf, np.ndarray):
+        buf = buf.tobytes()
+    offsets, info = record_offsets(buf)
+    a = np.frombuffer(buf, np.uint8)
+    v = _views(buf, len(a), info["endian"])
+    h4, b2, b4 = v["h4"], v["b2"], v["b4"]
+    p = offsets
+    m = len(p)
+    cap = h4[p + 8].astype(np.int64)
+    orig = h4[p + 12]
+    t = h4[p].astype(np.float64) + h4[p + 4].astype(np.float64) * (1e-9 if info["nano"] else 1e-6)
+    d = p + 16
+    lt = info["linktype"]
+    vlan = np.full(m, -1, np.int32)
+    if lt == LINKTYPE_ETHERNET:
+        l3 = d + 14
+        et = np.where(cap >= 14, _gather(b2, d + 12), 0).astype(np.int64)
+        for _ in range(2):  # up to two stacked tags (802.1Q, 802.1ad QinQ)
+            tagged = ((et == 0x8100) | (et == 0x88A8)) & (cap >= (l3 - d) + 4)
+            if not tagged.any():
+                break
+            ti = np.flatnonzero(tagged)
+            first = vlan[ti] < 0
+            vlan[ti[first]] = _gather(b2, l3[ti[first]]) & 0x0FFF
+            et[ti] = _gather(b2, l3[ti] + 2)
+            l3[ti] += 4
+    elif lt in (LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2):
+        hdr, etoff = (16, 14) if lt == LINKTYPE_LINUX_SLL else (20, 0)
+        l3 = d + hdr
+        et = np.where(cap >= hdr, _gather(b2, d + etoff), 0).astype(np.int64)
+    else:  # raw IPv4
+        l3 = d.copy()
+        et = np.full(m, 0x0800, np.int64)
+    l3len = cap - (l3 - d)  # captured bytes from the IP header on
+    cols = {name: np.zeros(m, dt) for name, dt in (
+        ("src", np.uint32), ("dst", np.uint32), ("proto", np.uint8), ("ip_len", np.uint16),
+        ("ip_id", np.uint16), ("sport", np.uint16), ("dport", np.uint16),
+        ("seq", np.uint32), ("ack", np.uint32), ("flags", np.uint8), ("win", np.uint16),
+        ("payload_len", np.int32), ("sack", bool), ("sack_ok", bool), ("has_ts", bool),
+        ("tsval", np.uint32), ("tsecr", np.uint32), ("hdr_ok", bool))}
+
+    is_ip = (et == 0x0800) & (l3len >= 20)
+    all_ip = bool(is_ip.all())
+    ii = slice(None) if all_ip else np.flatnonzero(is_ip)
+    L3 = l3[ii]
+    w0 = _gather(b4, L3)                      # version/IHL, TOS, total length
+    version = w0 >> 28
+    ihl = ((w0 >> 24) & 15).astype(np.int64) * 4
+    ip_len = (w0 & 0xFFFF).astype(np.int64)
+    w1 = _gather(b4, L3 + 4)                  # id, flags/fragment offset
+    proto = (_gather(b4, L3 + 8) >> 16) & 0xFF
+    ok3 = (version == 4) & (ihl >= 20) & (l3len[ii] >= ihl)
+    cols["src"][ii] = np.where(ok3, _gather(b4, L3 + 12), 0)
+    cols["dst"][ii] = np.where(ok3, _gather(b4, L3 + 16), 0)
+    cols["proto"][ii] = np.where(ok3, proto, 0)
+    cols["ip_len"][ii] = np.where(ok3, ip_len, 0)
+    cols["ip_id"][ii] = np.where(ok3, w1 >> 16, 0)
+    frag_off = w1 & 0x1FFF
+    l4 = L3 + ihl
+    l4len = l3len[ii] - ihl
+    is_tcp = ok3 & (proto == 6) & (frag_off == 0) & (l4len >= 20)
+    is_udp = ok3 & (proto == 17) & (frag_off == 0) & (l4len >= 8)
+    hdr_ok = ok3 & ~(((proto == 6) | (proto == 17)) & ~(is_tcp | is_udp))
+    cols["hdr_ok"][ii] = hdr_ok
+    # ports are in the same place for TCP and UDP
+    l4x = is_tcp | is_udp
+    pw = np.where(l4x, _gather(b4, l4), 0)
+    cols["sport"][ii] = pw >> 16
+    cols["dport"][ii] = pw & 0xFFFF
+    cols["payload_len"][ii] = np.where(is_udp, ip_len - ihl - 8, 0)
+
+    ti = np.flatnonzero(is_ip)[is_tcp] if not all_ip else np.flatnonzero(is_tcp)
+    if len(ti):
+        T4 = l4[is_tcp]
+        cols["seq"][ti] = _gather(b4, T4 + 4)
+        cols["ack"][ti] = _gather(b4, T4 + 8)
+        w3 = _gather(b4, T4 + 12)
+        doff = ((w3 >> 28) & 15).astype(np.int64) * 4
+        cols["flags"][ti] = (w3 >> 16) & 0xFF
+        cols["win"][ti] = w3 & 0xFFFF
+        cols["payload_len"][ti] = np.maximum(ip_len[is_tcp] - ihl[is_tcp] - doff, 0)
+        bad_doff = doff < 20
+        if bad_doff.any():
+            cols["hdr_ok"][ti[bad_doff]] = False
+        _tcp_options(a, b4, cols, ti, T4, doff, l4len[is_tcp])
+    cols["ethertype"] = et.astype(np.uint16)
+    cols["vlan"] = vlan
+    cols["t"] = t
+    cols["frame_len"] = orig.astype(np.uint32)
+    cols["caplen"] = cap.astype(np.uint32)
+    cols["iface"] = pd.Categorical.from_codes(np.zeros(m, np.int8), categories=[iface])
+    df = pd.DataFrame({k: cols[k] for k in COLUMNS}, copy=False)
+    df.attrs.update({"partial": info["partial"], "bytes_skipped": info["bytes_skipped"],
+                     "reason": info["reason"], "nano": info["nano"],
+                     "snaplen": info["snaplen"], "linktype": info["linktype"],
+                     "iface": iface})
+    return df
+
+
+def _tcp_options(a, b4, cols, ti, T4, doff, l4len):
+    """Flag SACK / SACK-permitted and read timestamps, vectorised over packets."""
+    has_opt = doff > 20
+    if not has_opt.any():
+        return
+    oi = np.flatnonzero(has_opt)
+    pos = T4[oi] + 20
+    end = T4[oi] + np.minimum(doff[oi], l4len[oi])  # options inside the capture only
+    # Linux puts NOP,NOP,TS first on almost every segment: read it in one gather.
+    w = np.where(pos + 12 <= end, _gather(b4, pos), 0)
+    lead_ts = w == 0x0101080A
+    if lead_ts.any():
+        k = oi[lead_ts]
+        cols["has_ts"][ti[k]] = True
+        cols["tsval"][ti[k]] = _gather(b4, pos[lead_ts] + 4)
+        cols["tsecr"][ti[k]] = _gather(b4, pos[lead_ts] + 8)
+        pos = pos.copy()
+        pos[lead_ts] += 12
+    # Generic TLV walk for whatever remains (SACK blocks, SYN options).
+    act = pos < end
+    oi, pos, end = oi[act], pos[act], end[act]
+    for _ in range(40):
+        if len(oi) == 0:
+            break
+        kind = a[np.minimum(pos, len(a) - 1)]
+        single = (kind == 0) | (kind == 1)
+        ln = np.where(single, 1, a[np.minimum(pos + 1, len(a) - 1)]).astype(np.int64)
+        valid = single | ((ln >= 2) & (pos + ln <= end))
+        sel = ti[oi]
+        cols["sack"][sel[valid & (kind == 5)]] = True
+        cols["sack_ok"][sel[valid & (kind == 4)]] = True
+        ts = valid & (kind == 8) & (ln == 10)
+        if ts.any():
+            cols["has_ts"][sel[ts]] = True
+            cols["tsval"][sel[ts]] = _gather(b4, pos[ts] + 2)
+            cols["tsecr"][sel[ts]] = _gather(b4, pos[ts] + 6)
+        pos = pos + ln
+        keep = valid & (kind != 0) & (pos < end)
+        oi, pos, end = oi[keep], pos[keep], end[keep]
+
+
+# ---------------------------------------------------------------- files and cache
+
+def _cache_path(path: Path) -> Path:
+    return path.with_name(path.name + ".parquet")
+
+
+def _stamp(path: Path) -> dict:
+    st = path.stat()
+    return {"size": str(st.st_size), "mtime_ns": str(st.st_mtime_ns),
+            "parser_version": str(PARSER_VERSION)}
+
+
+def read_pcap(path, iface: str | None = None, cache: bool = True) -> pd.DataFrame:
+    """Parse the classic pcap at `path` (see `parse_pcap_bytes`), with a Parquet cache.
+
+    `iface` defaults to the file's stem (`pcap/h1-eth0.pcap` -> "h1-eth0"). The cache
+    is `<path>.parquet` next to the capture; it is used only when the pcap's size and
+    mtime and the parser version match those stored in it, and it is skipped quietly
+    when the directory is not writable.
+    """
+    path = Path(path)
+    iface = path.stem if iface is None else iface
+    cpath = _cache_path(path)
+    stamp = _stamp(path)
+    if cache and cpath.exists():
+        try:
+            import pyarrow.parquet as pq
+            meta = pq.read_schema(cpath).metadata or {}
+            stored = {k.decode(): v.decode() for k, v in meta.items()
+                      if k.startswith(b"incastlab.")}
+            if all(stored.get("incastlab." + k) == v for k, v in stamp.items()) \
+                    and stored.get("incastlab.iface") == iface:
+                df = pd.read_parquet(cpath)
+                df.attrs.update({"partial": stored.get("incastlab.partial") == "True",
+                                 "bytes_skipped": int(stored.get("incastlab.bytes_skipped", 0)),
+                                 "reason": stored.get("incastlab.reason", ""),
+                                 "iface": iface, "cached": True})
+                return df
+        except Exception:  # a damaged cache is just a cache miss
+            pass
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        if size == 0:
+            raise PcapError(f"{path}: empty file")
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            try:
+                df = parse_pcap_bytes(mm, iface=iface)
+            except PcapError as exc:
+                raise PcapError(f"{path}: {exc}") from None
+    df.attrs["cached"] = False
+    if cache:
+        _write_cache(df, cpath, stamp, iface)
+    return df
+
+
+def _write_cache(df, cpath: Path, stamp: dict, iface: str) -> None:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        meta = dict(table.schema.metadata or {})
+        extra = dict(stamp, iface=iface, partial=str(df.attrs.get("partial", False)),
+                     bytes_skipped=str(df.attrs.get("bytes_skipped", 0)),
+                     reason=df.attrs.get("reason", ""))
+        meta.update({f"incastlab.{k}".encode(): str(v).encode() for k, v in extra.items()})
+        tmp = cpath.with_name(cpath.name + f".tmp{os.getpid()}")
+        pq.write_table(table.replace_schema_metadata(meta), tmp, compression="zstd")
+        os.replace(tmp, cpath)
+    except OSError:
+        pass  # read-only run directory: no cache, same result
+
+
+def read_pcaps(pcap_dir, cache: bool = True) -> dict[str, pd.DataFrame]:
+    """Every `*.pcap` in `pcap_dir`, parsed, keyed by interface name (file stem)."""
+    pcap_dir = Path(pcap_dir)
+    if not pcap_dir.is_dir():
+        return {}
+    return {p.stem: read_pcap(p, cache=cache) for p in sorted(pcap_dir.glob("*.pcap"))}

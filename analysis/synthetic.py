@@ -1,0 +1,172 @@
+"""Synthetic captures and run directories whose true answer is known.
+
+Used by the tests (and handy for trying the report without Mininet): `TcpScript`
+writes a sender-side and a receiver-side pcap of one TCP connection in which the
+caller places each loss, retransmission, duplicate ACK and reordering by hand;
+`make_run_dir` writes a complete small run directory around such captures.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from scapy.layers.inet import IP, TCP
+from scapy.layers.l2 import Ether
+
+MSS = 1000
+
+
+class TcpScript:
+    """A scripted TCP connection seen at two capture points (sender, receiver).
+
+    Times are seconds relative to `t0`; `delay` is the one-way time between the two
+    capture points. Sequence numbers passed to `data` are relative (0 = first byte).
+    """
+
+    def __init__(self, src="10.0.0.1", dst="10.0.0.2", sport=40000, dport=5001,
+                 isn=1000, risn=5000, t0=1_700_000_000.0, delay=0.0005):
+        self.src, self.dst, self.sport, self.dport = src, dst, sport, dport
+        self.isn, self.risn, self.t0, self.delay = isn, risn, t0, delay
+        self.sender: list = []    # (t, packet)
+        self.receiver: list = []
+        self._ipid = 100
+        self._ripid = 9000
+
+    def _fwd(self, t, flags, seq, ack, payload=b"", options=()):
+        self._ipid += 1
+        return IP(src=self.src, dst=self.dst, id=self._ipid, flags="DF") / TCP(
+            sport=self.sport, dport=self.dport, flags=flags, seq=seq, ack=ack,
+            options=list(options) or [("NOP", None), ("NOP", None),
+                                      ("Timestamp", (int(t * 1000) & 0xFFFFFFFF, 0))]
+        ) / payload
+
+    def _rev(self, t, flags, seq, ack, options=()):
+        self._ripid += 1
+        return IP(src=self.dst, dst=self.src, id=self._ripid, flags="DF") / TCP(
+            sport=self.dport, dport=self.sport, flags=flags, seq=seq, ack=ack,
+            options=list(options) or [("NOP", None), ("NOP", None),
+                                      ("Timestamp", (int(t * 1000) & 0xFFFFFFFF, 0))])
+
+    def handshake(self, t):
+        """SYN, SYN/ACK, ACK starting at t."""
+        d = self.delay
+        syn = IP(src=self.src, dst=self.dst, id=1) / TCP(
+            sport=self.sport, dport=self.dport, flags="S", seq=self.isn,
+            options=[("MSS", 1460), ("SAckOK", b""), ("Timestamp", (1, 0)),
+                     ("NOP", None), ("WScale", 7)])
+        self.sender.append((t, syn))
+        self.receiver.append((t + d, syn))
+        sa = IP(src=self.dst, dst=self.src, id=2) / TCP(
+            sport=self.dport, dport=self.sport, flags="SA", seq=self.risn,
+            ack=self.isn + 1, options=[("MSS", 1460), ("SAckOK", b"")])
+        self.receiver.append((t + d + 0.0001, sa))
+        self.sender.append((t + 2 * d + 0.0001, sa))
+        ack = self._fwd(t, "A", self.isn + 1, self.risn + 1)
+        self.sender.append((t + 2 * d + 0.0002, ack))
+        self.receiver.append((t + 3 * d + 0.0002, ack))
+
+    def data(self, t, seq, length=MSS, lost=False, arrive=None):
+        """Send bytes [seq, seq+length) at t; `lost` drops it between the captures;
+        `arrive` overrides the arrival time at the receiver side (reordering)."""
+        pkt = self._fwd(t, "PA", self.isn + 1 + seq, self.risn + 1, b"x" * length)
+        self.sender.append((t, pkt))
+        if not lost:
+            self.receiver.append((t + self.delay if arrive is None else arrive, pkt))
+
+    def ack(self, t, acked, sack=None, lost=False):
+        """Receiver ACKs up to relative byte `acked` at t (receiver side time);
+        `sack` = list of (left, right) relative blocks."""
+        opts = [("NOP", None), ("NOP", None), ("Timestamp", (int(t * 1000), 0))]
+        if sack:
+            opts += [("NOP", None), ("NOP", None),
+                     ("SAck", tuple(x + self.isn + 1 for blk in sack for x in blk))]
+        pkt = self._rev(t, "A", self.risn + 1, self.isn + 1 + acked, options=opts)
+        self.receiver.append((t, pkt))
+        if not lost:
+            self.sender.append((t + self.delay, pkt))
+
+    def fin(self, t, seq):
+        pkt = self._fwd(t, "FA", self.isn + 1 + seq, self.risn + 1)
+        self.sender.append((t, pkt))
+        self.receiver.append((t + self.delay, pkt))
+
+    def write(self, sender_path, receiver_path, **kw):
+        """Write both captures (time-ordered), Ethernet-framed."""
+        write_pcap(sender_path, self.sender, self.t0, **kw)
+        write_pcap(receiver_path, self.receiver, self.t0, **kw)
+
+
+def write_pcap(path, timed_packets, t0=0.0, nano=False, endianness="<", snaplen=65535,
+               vlan=None, ethernet=True):
+    """Write (t, scapy IP packet) pairs, sorted by t, to a classic pcap at `path`.
+
+    Written by hand (not by Scapy) so that byte order, nanosecond magic, snap-length
+    truncation and VLAN tags are exactly what the caller asked for. `ethernet=False`
+    writes link type 101 (raw IP).
+    """
+    from scapy.layers.l2 import Dot1Q
+    magic = 0xA1B23C4D if nano else 0xA1B2C3D4
+    out = [struct.pack(endianness + "IHHiIII", magic, 2, 4, 0, 0, snaplen,
+                       1 if ethernet else 101)]
+    for t, pkt in sorted(timed_packets, key=lambda x: x[0]):
+        if ethernet:
+            eth = Ether(src="00:00:00:00:00:01", dst="00:00:00:00:00:02")
+            frame = eth / Dot1Q(vlan=vlan) / pkt if vlan is not None else eth / pkt
+        else:
+            frame = pkt
+        raw = bytes(frame)
+        ts = t0 + t
+        sec = int(ts // 1)
+        frac = int(round((ts - sec) * (1e9 if nano else 1e6)))
+        if frac >= (10**9 if nano else 10**6):
+            sec, frac = sec + 1, 0
+        cap = raw[:snaplen]
+        out.append(struct.pack(endianness + "IIII", sec, frac, len(cap), len(raw)) + cap)
+    Path(path).write_bytes(b"".join(out))
+
+
+def make_run_dir(run_dir, *, status="complete", reason="", pcaps=None, queues=None,
+                 counters=None, workers=None, fabric=None, spec_text=None,
+                 port_stats=None, flow_paths=None) -> Path:
+    """Write a run directory from plain Python data (all parts optional).
+
+    pcaps: {iface: TcpScript side list [(t, pkt)]} written with t0 0; queues: list of
+    dict rows for queues.csv; counters: {host: (before_dict, after_dict)} written as
+    nstat JSON; workers: {rank: [event dicts]}; fabric: dict; spec_text: TOML text.
+    """
+    import pandas as pd
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    manifest = {"format_version": 1, "status": status, "reason": reason,
+                "start": 1_700_000_000.0, "end": 1_700_000_060.0,
+                "kernel": "6.1.0-test", "datapath": "user", "netem": False,
+                "congestion_control": "cubic", "capture_drops": {}, "cpu": {}}
+    (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    (run_dir / "spec.toml").write_text(spec_text or 'name = "synthetic"\n[workload]\n'
+                                       'kind = "ps"\nmode = "sync"\nworkers = 2\n')
+    if pcaps:
+        (run_dir / "pcap").mkdir(exist_ok=True)
+        for iface, side in pcaps.items():
+            write_pcap(run_dir / "pcap" / f"{iface}.pcap", side)
+    if queues is not None:
+        pd.DataFrame(queues).to_csv(run_dir / "queues.csv", index=False)
+    if port_stats is not None:
+        pd.DataFrame(port_stats).to_csv(run_dir / "port_stats.csv", index=False)
+    if flow_paths is not None:
+        pd.DataFrame(flow_paths).to_csv(run_dir / "flow_paths.csv", index=False)
+    if counters:
+        (run_dir / "counters").mkdir(exist_ok=True)
+        for host, (before, after) in counters.items():
+            (run_dir / "counters" / f"{host}.before.json").write_text(
+                json.dumps({"kernel": before}))
+            (run_dir / "counters" / f"{host}.after.json").write_text(
+                json.dumps({"kernel": after}))
+    if workers:
+        (run_dir / "workers").mkdir(exist_ok=True)
+        for rank, events in workers.items():
+            (run_dir / "workers" / f"{rank}.jsonl").write_text(
+                "".join(json.dumps(e) + "\n" for e in events))
+    if fabric is not None:
+        (run_dir / "fabric.json").write_text(json.dumps(fabric, indent=2))
+    return run_dir

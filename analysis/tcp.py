@@ -1,0 +1,380 @@
+"""TCP flows, retransmissions and capture-to-capture losses from parsed pcaps.
+
+Inputs are DataFrames from `analysis.pcap` (one per capture point). A *flow* is one
+direction of a TCP connection that carries payload, keyed by (src, dst, sport, dport).
+
+Retransmissions are found at the capture point nearest the sender (where the flow's
+first data packet was seen earliest), so they are what the sender transmitted again:
+a data packet whose first byte lies below the highest sequence number sent before it
+(`snd_max`). A packet identical to an earlier one in sequence, length *and* IP id is a
+duplicate of the capture, not a retransmission (Linux gives every transmission a new
+IP id), and is left out.
+
+Each retransmission gets a trigger (`kind`), decided in this order:
+
+    rto    the flow was silent (no packet either way at the sender's capture) for at
+           least `rto_threshold_s` before it -- a retransmission timeout. Default
+           0.18 s: Linux's 200 ms RTO floor less 10 % for timer granularity; pass a
+           lower value if the hosts were configured with a smaller `rto_min`.
+    (inherited) a retransmission inside an ongoing recovery episode (before the ACK
+           that covers the episode's recovery point) takes the episode's kind.
+    fast   at least 3 duplicate ACKs (pure ACKs repeating the retransmitted sequence
+           number) reached the sender before it -- fast retransmit.
+    tlp    none of the above and it resends the highest segment sent so far -- a
+           tail-loss probe (Linux sends one after ~2 SRTT without ACKs).
+    other  none of the above: RACK/SACK-driven early retransmit with fewer than 3
+           duplicate ACKs, or anything else.
+
+An *episode* starts with a retransmission outside any ongoing episode and ends when an
+ACK covers the highest sequence sent when it started. An RTO that fires again inside an
+RTO episode (exponential backoff) counts as another RTO in the same episode.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .pcap import ACK, FIN, RST, SYN, ip_to_str
+
+FLOW_KEY = ["src", "dst", "sport", "dport"]
+DEFAULT_RTO_THRESHOLD_S = 0.18
+_TWO32 = 1 << 32
+_TWO31 = 1 << 31
+
+
+def flow_name(src, dst, sport, dport) -> str:
+    """Human-readable flow id, e.g. '10.0.0.1:40000>10.0.0.2:5001'."""
+    return f"{ip_to_str(src)}:{int(sport)}>{ip_to_str(dst)}:{int(dport)}"
+
+
+def tcp_only(df: pd.DataFrame) -> pd.DataFrame:
+    """TCP rows whose headers were fully captured."""
+    return df[(df["proto"] == 6) & df["hdr_ok"]]
+
+
+def combine(pcaps: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """All TCP rows of several captures in one frame (iface tells them apart)."""
+    frames = []
+    for iface, df in pcaps.items():
+        d = tcp_only(df).copy()
+        d["iface"] = iface
+        frames.append(d)
+    if not frames:
+        return pd.DataFrame(columns=["t", "iface", *FLOW_KEY])
+    out = pd.concat(frames, ignore_index=True)
+    out["iface"] = out["iface"].astype("category")
+    return out
+
+
+def _unwrap(values: np.ndarray, base: int) -> np.ndarray:
+    """uint32 sequence numbers -> int64 offsets from `base`, following wrap-around."""
+    s = values.astype(np.int64)
+    if len(s) == 0:
+        return s
+    first = ((s[0] - base + _TWO31) % _TWO32) - _TWO31
+    d = ((np.diff(s) + _TWO31) % _TWO32) - _TWO31
+    return np.concatenate([[first], first + np.cumsum(d)])
+
+
+def data_flows(tcp: pd.DataFrame) -> pd.DataFrame:
+    """Flows (directional) that carry payload, with the capture that sees each first.
+
+    Columns: src, dst, sport, dport, flow, sender_iface (earliest first data packet),
+    receiver_iface (latest first data packet, if another capture saw the flow).
+    """
+    data = tcp[tcp["payload_len"] > 0]
+    if data.empty:
+        return pd.DataFrame(columns=[*FLOW_KEY, "flow", "sender_iface", "receiver_iface"])
+    first = (data.groupby([*FLOW_KEY, "iface"], observed=True)["t"].min()
+             .reset_index().sort_values("t", kind="stable"))
+    rows = []
+    for key, g in first.groupby(FLOW_KEY, observed=True, sort=True):
+        ifaces = list(g["iface"].astype(str))
+        rows.append({**dict(zip(FLOW_KEY, key, strict=True)), "flow": flow_name(*key),
+                     "sender_iface": ifaces[0],
+                     "receiver_iface": ifaces[-1] if len(ifaces) > 1 else None})
+    return pd.DataFrame(rows)
+
+
+def _flow_packets(tcp, key, iface):
+    src, dst, sport, dport = key
+    at = tcp[tcp["iface"] == iface] if iface is not None else tcp
+    fwd = at[(at["src"] == src) & (at["dst"] == dst) & (at["sport"] == sport)
+             & (at["dport"] == dport)].sort_values("t", kind="stable")
+    rev = at[(at["src"] == dst) & (at["dst"] == src) & (at["sport"] == dport)
+             & (at["dport"] == sport)].sort_values("t", kind="stable")
+    return fwd, rev
+
+
+def _flow_state(fwd: pd.DataFrame, rev: pd.DataFrame):
+    """Relative sequence/ack numbers of one flow as seen at one capture point."""
+    syn = fwd[(fwd["flags"] & SYN) > 0]
+    data = fwd[fwd["payload_len"] > 0]
+    base = int(syn["seq"].iloc[0]) + 1 if len(syn) else int(data["seq"].iloc[0])
+    rel = _unwrap(data["seq"].to_numpy(), base)
+    ln = data["payload_len"].to_numpy().astype(np.int64)
+    acks = rev[(rev["flags"] & ACK) > 0]
+    ack_rel = _unwrap(acks["ack"].to_numpy(), base)
+    return base, data, rel, ln, acks, ack_rel
+
+
+def retransmissions(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
+                    rto_threshold_s: float = DEFAULT_RTO_THRESHOLD_S
+                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Retransmitted data packets and recovery episodes, at each flow's sender side.
+
+    Returns (retrans, episodes).
+    retrans: flow, src, dst, sport, dport, iface, t (s), seq (relative, bytes), len
+      (bytes), ip_id, kind, gap_s (silence before it), dupacks, event (starts an
+      episode or is an RTO firing), episode (id within the frame), tail (bool).
+    episodes: episode, flow, kind, n_rto, n_retrans, stall_start, start, end,
+      duration_s (end - stall_start; NaN if never recovered in the capture).
+    """
+    flows = data_flows(tcp) if flows is None else flows
+    rrows, erows = [], []
+    for f in flows.itertuples(index=False):
+        key = (f.src, f.dst, f.sport, f.dport)
+        fwd, rev = _flow_packets(tcp, key, f.sender_iface)
+        if (fwd["payload_len"] > 0).sum() == 0:
+            continue
+        base, data, rel, ln, acks, ack_rel = _flow_state(fwd, rev)
+        end = rel + ln
+        t = data["t"].to_numpy()
+        ipid = data["ip_id"].to_numpy()
+        snd_max = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(end)[:-1]])
+        cand = np.flatnonzero(rel < snd_max)
+        if len(cand) == 0:
+            continue
+        # capture duplicates: same seq, len and IP id as an earlier packet
+        seen = {}
+        for i in range(len(rel)):
+            seen.setdefault((rel[i], ln[i], ipid[i]), i)
+        cand = [i for i in cand if seen[(rel[i], ln[i], ipid[i])] == i or ipid[i] == 0]
+        all_t = np.sort(np.concatenate([fwd["t"].to_numpy(), rev["t"].to_numpy()]))
+        at = acks["t"].to_numpy()
+        pure = ((acks["payload_len"].to_numpy() == 0)
+                & ((acks["flags"].to_numpy() & (SYN | FIN | RST)) == 0))
+        ack_times = {}
+        for a_rel, a_t in zip(ack_rel[pure], at[pure], strict=True):
+            ack_times.setdefault(int(a_rel), []).append(a_t)
+        cum_ack = np.maximum.accumulate(ack_rel) if len(ack_rel) else ack_rel
+        ep_end, ep_id, ep_kind = -np.inf, None, None
+        for i in cand:
+            ti = t[i]
+            k = np.searchsorted(all_t, ti, "left")
+            gap = float(ti - all_t[k - 1]) if k > 0 else np.inf
+            times = ack_times.get(int(rel[i]), [])
+            n_same = int(np.searchsorted(times, ti, "left"))
+            dupacks = max(n_same - 1, 0)
+            tail = bool(end[i] >= snd_max[i])
+            in_episode = ti < ep_end
+            if gap >= rto_threshold_s:
+                kind, event = "rto", True
+            elif in_episode:
+                kind, event = ep_kind, False
+            elif dupacks >= 3:
+                kind, event = "fast", True
+            elif tail:
+                kind, event = "tlp", True
+            else:
+                kind, event = "other", True
+            if event and not in_episode:
+                ep_id = len(erows)
+                recover = snd_max[i]
+                j = max(np.searchsorted(cum_ack, recover, "left"), np.searchsorted(at, ti, "right"))
+                # the covering ACK must also come after this retransmission
+                while j < len(at) and cum_ack[j] < recover:
+                    j += 1
+                ep_end = float(at[j]) if j < len(at) else np.inf
+                ep_kind = kind
+                erows.append({"episode": ep_id, "flow": f.flow, "kind": kind,
+                              "n_rto": 0, "n_retrans": 0, "stall_start": ti - gap
+                              if np.isfinite(gap) else ti, "start": ti,
+                              "end": ep_end if np.isfinite(ep_end) else np.nan})
+            ep = erows[ep_id]
+            ep["n_retrans"] += 1
+            if kind == "rto" and event:
+                ep["n_rto"] += 1
+                ep["kind"] = "rto"
+                ep_kind = "rto"
+            rrows.append({"flow": f.flow, "src": f.src, "dst": f.dst, "sport": f.sport,
+                          "dport": f.dport, "iface": f.sender_iface, "t": ti,
+                          "seq": int(rel[i]), "len": int(ln[i]), "ip_id": int(ipid[i]),
+                          "kind": kind, "gap_s": gap, "dupacks": dupacks, "event": event,
+                          "episode": ep_id, "tail": tail})
+    retrans = pd.DataFrame(rrows, columns=["flow", "src", "dst", "sport", "dport", "iface",
+                                           "t", "seq", "len", "ip_id", "kind", "gap_s",
+                                           "dupacks", "event", "episode", "tail"])
+    episodes = pd.DataFrame(erows, columns=["episode", "flow", "kind", "n_rto", "n_retrans",
+                                            "stall_start", "start", "end"])
+    episodes["duration_s"] = episodes["end"] - episodes["stall_start"]
+    return retrans, episodes
+
+
+def retrans_summary(retrans: pd.DataFrame) -> dict:
+    """Counts: packets retransmitted, by kind, and RTO firings (events)."""
+    kinds = retrans["kind"].value_counts().to_dict() if len(retrans) else {}
+    rto_events = int((retrans["event"] & (retrans["kind"] == "rto")).sum()) if len(retrans) else 0
+    return {"retrans_packets": int(len(retrans)),
+            "retrans_bytes": int(retrans["len"].sum()) if len(retrans) else 0,
+            "by_kind": {k: int(v) for k, v in kinds.items()},
+            "rto_events": rto_events,
+            "fast_events": int((retrans["event"] & (retrans["kind"] == "fast")).sum())
+            if len(retrans) else 0,
+            "tlp": int((retrans["kind"] == "tlp").sum()) if len(retrans) else 0}
+
+
+def losses(tcp: pd.DataFrame, flows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Data packets seen at the sender-side capture and never at the receiver side.
+
+    Matching is by flow, sequence number, length and IP id (a retransmission carries a
+    new IP id, so a lost original and its delivered retransmission are told apart;
+    where IP ids are 0 it degrades to counting copies per (seq, len)). Only packets
+    sent while the receiver-side capture was running (between its first and last
+    packet of the flow's connection) are considered, so capture start/stop is not
+    counted as loss.
+
+    Columns: flow, src, dst, sport, dport, sender_iface, receiver_iface, t (sent, s),
+    seq (relative), len, ip_id, retransmission (the lost copy was itself a
+    retransmission).
+    """
+    flows = data_flows(tcp) if flows is None else flows
+    rows = []
+    for f in flows.itertuples(index=False):
+        if f.receiver_iface is None or f.receiver_iface == f.sender_iface:
+            continue
+        key = (f.src, f.dst, f.sport, f.dport)
+        sfwd, srev = _flow_packets(tcp, key, f.sender_iface)
+        rfwd, rrev = _flow_packets(tcp, key, f.receiver_iface)
+        sdata = sfwd[sfwd["payload_len"] > 0]
+        rdata = rfwd[rfwd["payload_len"] > 0]
+        if sdata.empty:
+            continue
+        base, _, srel, sln, _, _ = _flow_state(sfwd, srev)
+        rrel = _unwrap(rdata["seq"].to_numpy(), base) if len(rdata) else np.empty(0, np.int64)
+        r_times = np.concatenate([rfwd["t"].to_numpy(), rrev["t"].to_numpy()])
+        if len(r_times) == 0:
+            continue
+        lo, hi = r_times.min(), r_times.max()
+        st = sdata["t"].to_numpy()
+        sid = sdata["ip_id"].to_numpy().astype(np.int64)
+        rid = rdata["ip_id"].to_numpy().astype(np.int64)
+        rln = rdata["payload_len"].to_numpy().astype(np.int64)
+        use_id = bool((sid != 0).any())
+        recv = {}
+        for k in zip(rrel, rln, rid if use_id else np.zeros(len(rid), np.int64), strict=True):
+            recv[k] = recv.get(k, 0) + 1
+        snd_max = np.concatenate([[np.iinfo(np.int64).min],
+                                  np.maximum.accumulate(srel + sln)[:-1]])
+        # lost copies are attributed to the *last* transmissions of a (seq,len) key
+        order = np.arange(len(srel))[::-1] if not use_id else np.arange(len(srel))
+        for i in order:
+            if not (lo - 1e-3 <= st[i] <= hi):
+                continue
+            k = (srel[i], sln[i], sid[i] if use_id else 0)
+            if recv.get(k, 0) > 0:
+                recv[k] -= 1
+                continue
+            rows.append({"flow": f.flow, "src": f.src, "dst": f.dst, "sport": f.sport,
+                         "dport": f.dport, "sender_iface": f.sender_iface,
+                         "receiver_iface": f.receiver_iface, "t": float(st[i]),
+                         "seq": int(srel[i]), "len": int(sln[i]), "ip_id": int(sid[i]),
+                         "retransmission": bool(srel[i] < snd_max[i])})
+    out = pd.DataFrame(rows, columns=["flow", "src", "dst", "sport", "dport", "sender_iface",
+                                      "receiver_iface", "t", "seq", "len", "ip_id",
+                                      "retransmission"])
+    return out.sort_values("t", kind="stable").reset_index(drop=True)
+
+
+def spurious_retransmissions(tcp: pd.DataFrame, retrans: pd.DataFrame,
+                             flows: pd.DataFrame | None = None) -> pd.Series:
+    """For each retransmission: was its whole range already delivered to the receiver
+    side before the retransmission was sent? (True = spurious; NaN = no receiver-side
+    capture for the flow.)"""
+    flows = data_flows(tcp) if flows is None else flows
+    out = pd.Series(np.nan, index=retrans.index, dtype=object)
+    for f in flows.itertuples(index=False):
+        sel = retrans.index[retrans["flow"] == f.flow]
+        if len(sel) == 0 or f.receiver_iface is None:
+            continue
+        key = (f.src, f.dst, f.sport, f.dport)
+        sfwd, srev = _flow_packets(tcp, key, f.sender_iface)
+        rfwd, _ = _flow_packets(tcp, key, f.receiver_iface)
+        base = _flow_state(sfwd, srev)[0]
+        rdata = rfwd[rfwd["payload_len"] > 0]
+        rrel = _unwrap(rdata["seq"].to_numpy(), base)
+        rend = rrel + rdata["payload_len"].to_numpy()
+        rt = rdata["t"].to_numpy()
+        for idx in sel:
+            r = retrans.loc[idx]
+            before = rt < r["t"]
+            out[idx] = bool(((rrel[before] <= r["seq"])
+                             & (rend[before] >= r["seq"] + r["len"])).any())
+    return out
+
+
+def flow_summary(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
+                 retrans: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per flow at its sender-side capture: bytes, duration, goodput, completion time.
+
+    Columns: flow, src, dst, sport, dport, sender_iface, receiver_iface, packets,
+    bytes (unique payload bytes = highest sequence sent - first), wire_bytes (payload
+    incl. retransmissions), retrans_packets, start (first SYN or data, s), last_data
+    (s), fct_s (start -> ACK covering the last byte; NaN if not seen), duration_s
+    (first to last data packet), goodput_mbps (bytes*8/duration, Mbit/s).
+    """
+    flows = data_flows(tcp) if flows is None else flows
+    rows = []
+    for f in flows.itertuples(index=False):
+        key = (f.src, f.dst, f.sport, f.dport)
+        fwd, rev = _flow_packets(tcp, key, f.sender_iface)
+        if (fwd["payload_len"] > 0).sum() == 0:
+            continue
+        base, data, rel, ln, acks, ack_rel = _flow_state(fwd, rev)
+        end = rel + ln
+        top = int(end.max())
+        t = data["t"].to_numpy()
+        start = float(fwd["t"].iloc[0])
+        at = acks["t"].to_numpy()
+        covered = np.flatnonzero(ack_rel >= top)
+        fct = float(at[covered[0]] - start) if len(covered) else np.nan
+        dur = float(t[-1] - t[0])
+        nre = int((retrans["flow"] == f.flow).sum()) if retrans is not None and len(retrans) else 0
+        uniq = int(top - rel.min())
+        rows.append({"flow": f.flow, "src": f.src, "dst": f.dst, "sport": f.sport,
+                     "dport": f.dport, "sender_iface": f.sender_iface,
+                     "receiver_iface": f.receiver_iface, "packets": int(len(data)),
+                     "bytes": uniq, "wire_bytes": int(ln.sum()), "retrans_packets": nre,
+                     "start": start, "last_data": float(t[-1]), "fct_s": fct,
+                     "duration_s": dur,
+                     "goodput_mbps": uniq * 8 / dur / 1e6 if dur > 0 else np.nan})
+    return pd.DataFrame(rows)
+
+
+def throughput_series(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
+                      bin_s: float | None = None) -> pd.DataFrame:
+    """Payload throughput per flow over time at the sender side, long format.
+
+    Columns: t (bin start, s), flow, mbps (payload Mbit/s incl. retransmissions).
+    `bin_s` defaults to span/200 rounded to 10 ms (at least 10 ms).
+    """
+    flows = data_flows(tcp) if flows is None else flows
+    if flows.empty:
+        return pd.DataFrame(columns=["t", "flow", "mbps"])
+    data = tcp[tcp["payload_len"] > 0]
+    t0, t1 = float(data["t"].min()), float(data["t"].max())
+    if bin_s is None:
+        bin_s = max(round((t1 - t0) / 200, 2), 0.01)
+    edges = np.arange(t0, t1 + bin_s, bin_s)
+    if len(edges) < 2:
+        edges = np.array([t0, t0 + bin_s])
+    frames = []
+    for f in flows.itertuples(index=False):
+        fwd, _ = _flow_packets(tcp, (f.src, f.dst, f.sport, f.dport), f.sender_iface)
+        d = fwd[fwd["payload_len"] > 0]
+        hist, _ = np.histogram(d["t"], bins=edges, weights=d["payload_len"])
+        frames.append(pd.DataFrame({"t": edges[:-1], "flow": f.flow,
+                                    "mbps": hist * 8 / bin_s / 1e6}))
+    out = pd.concat(frames, ignore_index=True)
+    out.attrs["bin_s"] = bin_s
+    return out
