@@ -33,6 +33,10 @@ class TcpScript:
         self._ipid = 100
         self._ripid = 9000
 
+    def _s(self, rel):
+        """Absolute 32-bit sequence number of relative byte `rel`."""
+        return (self.isn + 1 + rel) & 0xFFFFFFFF
+
     def _fwd(self, t, flags, seq, ack, payload=b"", options=()):
         self._ipid += 1
         return IP(src=self.src, dst=self.dst, id=self._ipid, flags="DF") / TCP(
@@ -59,17 +63,17 @@ class TcpScript:
         self.receiver.append((t + d, syn))
         sa = IP(src=self.dst, dst=self.src, id=2) / TCP(
             sport=self.dport, dport=self.sport, flags="SA", seq=self.risn,
-            ack=self.isn + 1, options=[("MSS", 1460), ("SAckOK", b"")])
+            ack=self._s(0), options=[("MSS", 1460), ("SAckOK", b"")])
         self.receiver.append((t + d + 0.0001, sa))
         self.sender.append((t + 2 * d + 0.0001, sa))
-        ack = self._fwd(t, "A", self.isn + 1, self.risn + 1)
+        ack = self._fwd(t, "A", self._s(0), self.risn + 1)
         self.sender.append((t + 2 * d + 0.0002, ack))
         self.receiver.append((t + 3 * d + 0.0002, ack))
 
     def data(self, t, seq, length=MSS, lost=False, arrive=None):
         """Send bytes [seq, seq+length) at t; `lost` drops it between the captures;
         `arrive` overrides the arrival time at the receiver side (reordering)."""
-        pkt = self._fwd(t, "PA", self.isn + 1 + seq, self.risn + 1, b"x" * length)
+        pkt = self._fwd(t, "PA", self._s(seq), self.risn + 1, b"x" * length)
         self.sender.append((t, pkt))
         if not lost:
             self.receiver.append((t + self.delay if arrive is None else arrive, pkt))
@@ -80,14 +84,14 @@ class TcpScript:
         opts = [("NOP", None), ("NOP", None), ("Timestamp", (int(t * 1000), 0))]
         if sack:
             opts += [("NOP", None), ("NOP", None),
-                     ("SAck", tuple(x + self.isn + 1 for blk in sack for x in blk))]
-        pkt = self._rev(t, "A", self.risn + 1, self.isn + 1 + acked, options=opts)
+                     ("SAck", tuple(self._s(x) for blk in sack for x in blk))]
+        pkt = self._rev(t, "A", self.risn + 1, self._s(acked), options=opts)
         self.receiver.append((t, pkt))
         if not lost:
             self.sender.append((t + self.delay, pkt))
 
     def fin(self, t, seq):
-        pkt = self._fwd(t, "FA", self.isn + 1 + seq, self.risn + 1)
+        pkt = self._fwd(t, "FA", self._s(seq), self.risn + 1)
         self.sender.append((t, pkt))
         self.receiver.append((t + self.delay, pkt))
 
@@ -170,3 +174,57 @@ def make_run_dir(run_dir, *, status="complete", reason="", pcaps=None, queues=No
     if fabric is not None:
         (run_dir / "fabric.json").write_text(json.dumps(fabric, indent=2))
     return run_dir
+
+
+def scenario_tcp(t0=1_700_000_000.0, **kw) -> tuple[TcpScript, dict]:
+    """One connection with every event kind placed by hand; returns (script, truth).
+
+    Placed (MSS 1000, times relative to t0):
+      - segment 3000 lost; 3 duplicate ACKs (with SACK) -> 1 fast retransmit
+      - segments 7000/8000 reordered on the way (1 duplicate ACK, no retransmission)
+      - tail segment 10000 lost, flow silent -> 1 RTO retransmission after 210 ms
+      - tail segment 11000 lost -> 1 tail-loss probe after 20 ms
+      - segment 12000 delivered but its ACK lost -> 1 spurious RTO retransmission
+      - segment 13000 captured twice at the sender (same IP id): not a retransmission
+    """
+    s = TcpScript(t0=t0, **kw)
+    d = s.delay
+    s.handshake(0.0)
+    for k in range(7):  # segments 0..6, seg 3 lost
+        s.data(0.010 + k * 0.001, k * MSS, lost=(k == 3))
+    for k in range(7):
+        if k == 3:
+            continue
+        t = 0.010 + k * 0.001 + d + 0.0001
+        if k < 3:
+            s.ack(t, (k + 1) * MSS)
+        else:
+            s.ack(t, 3 * MSS, sack=[(4 * MSS, (k + 1) * MSS)])
+    s.data(0.0175, 3 * MSS)                     # fast retransmit after the 3rd dup ACK
+    s.ack(0.0175 + d + 0.0001, 7 * MSS)
+    s.data(0.030, 7 * MSS, arrive=0.0322)       # reordered: arrives after seg 8
+    s.data(0.031, 8 * MSS, arrive=0.0315)
+    s.ack(0.0316, 7 * MSS, sack=[(8 * MSS, 9 * MSS)])
+    s.ack(0.0323, 9 * MSS)
+    s.data(0.050, 9 * MSS)
+    s.data(0.051, 10 * MSS, lost=True)          # tail loss
+    s.ack(0.050 + d + 0.0001, 10 * MSS)
+    last = 0.050 + 2 * d + 0.0001
+    s.data(last + 0.210, 10 * MSS)              # RTO
+    s.ack(last + 0.210 + d + 0.0001, 11 * MSS)
+    s.data(0.300, 11 * MSS, lost=True)
+    s.data(0.320, 11 * MSS)                     # tail-loss probe
+    s.ack(0.320 + d + 0.0001, 12 * MSS)
+    s.data(0.400, 12 * MSS)
+    s.ack(0.400 + d + 0.0001, 13 * MSS, lost=True)  # ACK lost: the next RTO is spurious
+    s.data(0.650, 12 * MSS)
+    s.ack(0.650 + d + 0.0001, 13 * MSS, sack=[(12 * MSS, 13 * MSS)])  # D-SACK
+    s.data(0.700, 13 * MSS)
+    s.sender.append((0.70001, s.sender[-1][1]))  # capture duplicate (same IP id)
+    s.ack(0.700 + d + 0.0001, 14 * MSS)
+    s.fin(0.800, 14 * MSS)
+    s.ack(0.800 + d + 0.0001, 14 * MSS + 1)
+    truth = {"retrans": 4, "fast": 1, "rto": 2, "tlp": 1, "other": 0, "rto_events": 2,
+             "losses": 3, "lost_seqs": [3 * MSS, 10 * MSS, 11 * MSS], "spurious": 1,
+             "bytes": 14 * MSS, "sender_data_packets": 19}
+    return s, truth

@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .pcap import ACK, FIN, RST, SYN, ip_to_str
+from .pcap import ACK, COLUMNS, FIN, RST, SYN, ip_to_str
 
 FLOW_KEY = ["src", "dst", "sport", "dport"]
 DEFAULT_RTO_THRESHOLD_S = 0.18
@@ -60,7 +60,7 @@ def combine(pcaps: dict[str, pd.DataFrame]) -> pd.DataFrame:
         d["iface"] = iface
         frames.append(d)
     if not frames:
-        return pd.DataFrame(columns=["t", "iface", *FLOW_KEY])
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in COLUMNS})
     out = pd.concat(frames, ignore_index=True)
     out["iface"] = out["iface"].astype("category")
     return out
@@ -229,7 +229,8 @@ def losses(tcp: pd.DataFrame, flows: pd.DataFrame | None = None) -> pd.DataFrame
 
     Matching is by flow, sequence number, length and IP id (a retransmission carries a
     new IP id, so a lost original and its delivered retransmission are told apart;
-    where IP ids are 0 it degrades to counting copies per (seq, len)). Only packets
+    where IP ids are 0 it degrades to counting copies per (seq, len)); a packet the
+    sender-side capture holds twice with the same IP id counts once. Only packets
     sent while the receiver-side capture was running (between its first and last
     packet of the flow's connection) are considered, so capture start/stop is not
     counted as loss.
@@ -268,10 +269,15 @@ def losses(tcp: pd.DataFrame, flows: pd.DataFrame | None = None) -> pd.DataFrame
                                   np.maximum.accumulate(srel + sln)[:-1]])
         # lost copies are attributed to the *last* transmissions of a (seq,len) key
         order = np.arange(len(srel))[::-1] if not use_id else np.arange(len(srel))
+        sent = set()
         for i in order:
             if not (lo - 1e-3 <= st[i] <= hi):
                 continue
             k = (srel[i], sln[i], sid[i] if use_id else 0)
+            if use_id:
+                if k in sent:  # a duplicate of the sender-side capture, not a new copy
+                    continue
+                sent.add(k)
             if recv.get(k, 0) > 0:
                 recv[k] -= 1
                 continue
