@@ -1,0 +1,329 @@
+"""Plumbing every routing policy shares (OpenFlow 1.3, os-ken).
+
+A policy app subclasses FabricApp and only decides how a leaf reaches the hosts of
+other leaves (see single.py, ecmp.py, spread.py, adaptive.py). This module does the
+rest:
+
+- the fabric comes from fabric.json (see fabricmap.py for why not LLDP);
+- ARP is answered by the controller from that map (packet-in -> packet-out reply).
+  Nothing is ever flooded: a leaf-spine fabric has loops;
+- every switch gets its proactive routes (hosts on their leaf, spines down to every
+  host) plus the policy's own, then a barrier; when every switch of the map has
+  answered its barrier, controller_ready.json is written (atomically);
+- port counters are polled every --poll-interval into port_stats.csv, and feed the
+  per-port rates of the last window (records.PortLoad);
+- reactive policies get a packet-in path for new IPv4 flows: both directions are
+  installed as exact-match entries on the same spine, and the packet that reached
+  the controller is sent on along that path (packet-out), so none is lost.
+
+Threads: os-ken's native hub runs handlers in the app's event thread and hub.spawn
+starts real threads, so state shared with the poller is guarded by a lock.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from os_ken.base import app_manager
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER,
+                                       set_ev_cls)
+from os_ken.lib import hub
+from os_ken.lib.packet import arp, ethernet, ether_types, ipv4, packet, tcp, udp
+from os_ken.ofproto import ofproto_v1_3
+
+from incastlab.controller import paths, records
+from incastlab.controller.registry import Settings
+
+PRIO_ARP = 100     # ARP to the controller, above everything
+PRIO_FLOW = 30     # exact-match 5-tuple entries of reactive policies
+PRIO_HOST = 20     # proactive: a leaf's own hosts, a spine's downlinks
+PRIO_REMOTE = 10   # a leaf's routes to other leaves' hosts (the policy's choice)
+COOKIE_FLOW = 0x1C  # marks reactive exact-match entries (FlowRemoved bookkeeping)
+
+_SETTINGS: Settings | None = None
+
+
+def configure(settings: Settings) -> None:
+    """Hand the validated settings to the app the launcher is about to start.
+    (AppManager builds apps itself, so they cannot be passed to the constructor.)"""
+    global _SETTINGS
+    _SETTINGS = settings
+
+
+class FabricApp(app_manager.OSKenApp):
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    POLICY = ""          # registry name, written into flow_paths.csv
+    REACTIVE = False     # True: remote IPv4 goes to the controller, one placement per flow
+
+    def __init__(self, *args, settings: Settings | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.settings = settings or _SETTINGS
+        if self.settings is None:
+            raise RuntimeError("FabricApp needs settings: call base.configure() first")
+        self.fabric = self.settings.fabric
+        self.datapaths = {}          # dpid -> Datapath, switches of the map only
+        self._barriers = {}          # dpid -> xid of the barrier after proactive rules
+        self._installed = set()      # dpids whose barrier came back
+        self._ready_written = False
+        self._lock = threading.Lock()
+        self._placements = {}        # FlowKey -> spine, both directions of placed flows
+        self.load = records.PortLoad()
+        out = self.settings.out_dir
+        self.port_log = records.CsvLog(os.path.join(out, "port_stats.csv"),
+                                       records.PORT_STATS_FIELDS)
+        self.path_log = records.CsvLog(os.path.join(out, "flow_paths.csv"),
+                                       records.FLOW_PATHS_FIELDS)
+
+    # ---- life cycle -------------------------------------------------------------
+    def start(self):
+        thread = super().start()
+        self.threads.append(hub.spawn(self._poll_loop))
+        return thread
+
+    def close(self):
+        self.is_active = False
+        self.port_log.close()
+        self.path_log.close()
+
+    # ---- hooks for policies -----------------------------------------------------
+    def remote_actions(self, dp, leaf: int, host) -> list:
+        """Actions of leaf ``leaf``'s proactive route to ``host`` on another leaf.
+        Reactive policies keep the default: send to the controller."""
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        return [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
+
+    def install_policy_state(self, dp, leaf: int) -> None:
+        """Anything a policy installs on a leaf before its routes (e.g. groups)."""
+
+    def choose_spine(self, key: paths.FlowKey, src_leaf: int, dst_leaf: int) -> int:
+        """Reactive policies: the spine for a new flow (called once per flow)."""
+        raise NotImplementedError
+
+    # ---- helpers ------------------------------------------------------------------
+    def send(self, dp, msg) -> None:
+        # set_xid in os-ken is not atomic; the poller thread sends too.
+        with self._lock:
+            dp.send_msg(msg)
+
+    def add_flow(self, dp, priority: int, match, actions, idle_timeout: int = 0,
+                 cookie: int = 0, flags: int = 0) -> None:
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+        self.send(dp, parser.OFPFlowMod(datapath=dp, priority=priority, match=match,
+                                        instructions=inst, idle_timeout=idle_timeout,
+                                        cookie=cookie, flags=flags))
+
+    def record_path(self, key: paths.FlowKey | None, src_ip: str, dst_ip: str,
+                    spine: int) -> None:
+        self.path_log.write({
+            "t": f"{time.time():.6f}", "src_ip": src_ip, "dst_ip": dst_ip,
+            "proto": key.proto if key else "", "src_port": key.src_port if key else "",
+            "dst_port": key.dst_port if key else "", "spine": spine, "policy": self.POLICY})
+
+    # ---- switch connection and proactive rules -------------------------------------
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def _switch_features(self, ev):
+        dp = ev.msg.datapath
+        switch = self.fabric.switch(dp.id)
+        if switch is None:
+            self.logger.warning("switch %016x is not in the fabric map; ignored", dp.id)
+            return
+        self.datapaths[dp.id] = dp
+        self._installed.discard(dp.id)
+        self.logger.info("switch %s (%016x) connected", switch.name, dp.id)
+        self.install_proactive(dp, switch)
+        barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
+        with self._lock:
+            dp.set_xid(barrier)
+            self._barriers[dp.id] = barrier.xid
+            dp.send_msg(barrier)
+
+    def install_proactive(self, dp, switch) -> None:
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        # Start from a clean table: a reconnecting switch keeps old entries.
+        self.send(dp, parser.OFPFlowMod(datapath=dp, command=ofp.OFPFC_DELETE,
+                                        table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
+                                        out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
+        self.send(dp, parser.OFPGroupMod(datapath=dp, command=ofp.OFPGC_DELETE,
+                                         group_id=ofp.OFPG_ALL))
+        for rule in paths.host_rules(self.fabric):
+            if rule.dpid == dp.id:
+                self.add_flow(dp, PRIO_HOST,
+                              parser.OFPMatch(eth_type=ether_types.ETH_TYPE_IP,
+                                              ipv4_dst=rule.ip_dst),
+                              [parser.OFPActionOutput(rule.out_port)])
+        if switch.role != "leaf":
+            return  # spines see no ARP (answered at the leaves) and no other traffic
+        self.add_flow(dp, PRIO_ARP, parser.OFPMatch(eth_type=ether_types.ETH_TYPE_ARP),
+                      [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)])
+        self.install_policy_state(dp, switch.index)
+        for host in paths.remote_hosts(self.fabric, switch.index):
+            self.add_flow(dp, PRIO_REMOTE,
+                          parser.OFPMatch(eth_type=ether_types.ETH_TYPE_IP, ipv4_dst=host.ip),
+                          self.remote_actions(dp, switch.index, host))
+        # Anything else (IPv6, unknown addresses) matches nothing and is dropped.
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _barrier_reply(self, ev):
+        dp = ev.msg.datapath
+        if self._barriers.get(dp.id) != ev.msg.xid:
+            return
+        self._installed.add(dp.id)
+        self.logger.info("switch %016x: proactive rules installed", dp.id)
+        if not self._ready_written and self._installed >= set(self.fabric.dpids):
+            path = records.write_ready(self.settings.out_dir, self.fabric.dpids, time.time())
+            self._ready_written = True
+            self.on_ready()
+            self.logger.info("ready: all %d switches connected and routed (%s)",
+                             len(self.fabric.dpids), path)
+
+    def on_ready(self) -> None:
+        """Called once when every switch is routed (e.g. to log proactive placements)."""
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
+    def _state_change(self, ev):
+        dp = ev.datapath
+        if ev.state == DEAD_DISPATCHER and dp.id in self.datapaths:
+            self.logger.warning("switch %016x disconnected", dp.id)
+            self.datapaths.pop(dp.id, None)
+            self._installed.discard(dp.id)
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _error(self, ev):
+        msg = ev.msg
+        self.logger.error("OpenFlow error from %016x: type=%d code=%d data=%s",
+                          msg.datapath.id, msg.type, msg.code, msg.data[:64].hex())
+
+    # ---- packet-in: ARP and new flows --------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def _packet_in(self, ev):
+        msg = ev.msg
+        dp = msg.datapath
+        switch = self.fabric.switch(dp.id)
+        if switch is None or switch.role != "leaf":
+            return
+        pkt = packet.Packet(msg.data)
+        request = pkt.get_protocol(arp.arp)
+        if request is not None:
+            self.answer_arp(dp, msg.match["in_port"], request)
+            return
+        ip = pkt.get_protocol(ipv4.ipv4)
+        if ip is not None and self.REACTIVE:
+            self.route_new_flow(dp, switch.index, msg.match["in_port"], msg.data,
+                                flow_key(pkt, ip))
+
+    def answer_arp(self, dp, in_port: int, request) -> None:
+        """Reply to an ARP request for a fabric host out of the port it came in on."""
+        if request.opcode != arp.ARP_REQUEST or request.src_ip == request.dst_ip \
+                or request.src_ip == "0.0.0.0":
+            return  # replies, gratuitous ARP and address probes need no answer
+        target = self.fabric.host_by_ip(request.dst_ip)
+        if target is None:
+            self.logger.debug("ARP for unknown %s dropped", request.dst_ip)
+            return
+        reply = packet.Packet()
+        reply.add_protocol(ethernet.ethernet(dst=request.src_mac, src=target.mac,
+                                             ethertype=ether_types.ETH_TYPE_ARP))
+        reply.add_protocol(arp.arp(opcode=arp.ARP_REPLY, src_mac=target.mac,
+                                   src_ip=target.ip, dst_mac=request.src_mac,
+                                   dst_ip=request.src_ip))
+        reply.serialize()
+        self.packet_out(dp, dp.ofproto.OFPP_CONTROLLER, in_port, reply.data)
+
+    def packet_out(self, dp, in_port: int, out_port: int, data: bytes) -> None:
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        self.send(dp, parser.OFPPacketOut(datapath=dp, buffer_id=ofp.OFP_NO_BUFFER,
+                                          in_port=in_port,
+                                          actions=[parser.OFPActionOutput(out_port)],
+                                          data=data))
+
+    def route_new_flow(self, dp, leaf: int, in_port: int, data: bytes,
+                       key: paths.FlowKey) -> None:
+        src, dst = self.fabric.host_by_ip(key.src_ip), self.fabric.host_by_ip(key.dst_ip)
+        if src is None or dst is None or src.leaf != leaf or dst.leaf == leaf:
+            return  # not ours to route (spoofed or unknown address)
+        with self._lock:
+            spine = self._placements.get(key) or self._placements.get(key.reversed())
+            new = spine is None
+            if new:
+                spine = self.choose_spine(key, src.leaf, dst.leaf)
+                self._placements[key.reversed()] = spine
+            self._placements[key] = spine
+        # Rules before the packet-out: the same connection keeps them in order.
+        self.install_exact(self.datapaths.get(dp.id), key, paths.uplink_port(
+            self.fabric, src.leaf, spine))
+        if new:
+            self.install_exact(self.datapaths.get(self.fabric.leaves[dst.leaf].dpid),
+                               key.reversed(),
+                               paths.uplink_port(self.fabric, dst.leaf, spine))
+            self.record_path(key, key.src_ip, key.dst_ip, spine)
+        self.packet_out(dp, in_port, paths.uplink_port(self.fabric, src.leaf, spine), data)
+
+    def install_exact(self, dp, key: paths.FlowKey, out_port: int) -> None:
+        if dp is None:
+            return
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        self.add_flow(dp, PRIO_FLOW, exact_match(parser, key),
+                      [parser.OFPActionOutput(out_port)],
+                      idle_timeout=self.settings.idle_timeout, cookie=COOKIE_FLOW,
+                      flags=ofp.OFPFF_SEND_FLOW_REM)
+
+    @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
+    def _flow_removed(self, ev):
+        msg = ev.msg
+        if msg.cookie != COOKIE_FLOW:
+            return
+        m = msg.match
+        proto = m.get("ip_proto", 0)
+        key = paths.FlowKey(proto, m.get("ipv4_src"), m.get("ipv4_dst"),
+                            m.get("tcp_src", m.get("udp_src", 0)),
+                            m.get("tcp_dst", m.get("udp_dst", 0)))
+        with self._lock:
+            self._placements.pop(key, None)
+
+    # ---- statistics -----------------------------------------------------------------
+    def _poll_loop(self):
+        while self.is_active:
+            for dp in list(self.datapaths.values()):
+                parser, ofp = dp.ofproto_parser, dp.ofproto
+                self.send(dp, parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
+            hub.sleep(self.settings.poll_interval)
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    def _port_stats(self, ev):
+        t = time.time()
+        dp = ev.msg.datapath
+        switch = self.fabric.switch(dp.id)
+        if switch is None:
+            return
+        wired = self.fabric.ports(dp.id)
+        for st in sorted(ev.msg.body, key=lambda s: s.port_no):
+            if st.port_no not in wired:
+                continue  # the bridge's LOCAL port and anything not in the map
+            self.load.update(dp.id, st.port_no, t, st.tx_bytes)
+            self.port_log.write({
+                "t": f"{t:.6f}", "switch": switch.name, "port": st.port_no,
+                "peer": wired[st.port_no].peer, "tx_bytes": st.tx_bytes,
+                "rx_bytes": st.rx_bytes, "tx_packets": st.tx_packets,
+                "rx_packets": st.rx_packets, "tx_dropped": st.tx_dropped})
+
+
+def flow_key(pkt, ip) -> paths.FlowKey:
+    """The 5-tuple of an IPv4 packet (ports 0 unless TCP or UDP)."""
+    l4 = pkt.get_protocol(tcp.tcp) or pkt.get_protocol(udp.udp)
+    if l4 is None:
+        return paths.FlowKey(ip.proto, ip.src, ip.dst)
+    return paths.FlowKey(ip.proto, ip.src, ip.dst, l4.src_port, l4.dst_port)
+
+
+def exact_match(parser, key: paths.FlowKey):
+    """OpenFlow match on one direction of a flow (the ports only for TCP/UDP)."""
+    fields = {"eth_type": ether_types.ETH_TYPE_IP, "ip_proto": key.proto,
+              "ipv4_src": key.src_ip, "ipv4_dst": key.dst_ip}
+    if key.proto == paths.TCP:
+        fields.update(tcp_src=key.src_port, tcp_dst=key.dst_port)
+    elif key.proto == paths.UDP:
+        fields.update(udp_src=key.src_port, udp_dst=key.dst_port)
+    return parser.OFPMatch(**fields)

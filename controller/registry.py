@@ -1,0 +1,104 @@
+"""The routing policies by name (one registry dict) and the validated settings.
+
+No os-ken import: the launcher validates every option here before os-ken is
+imported or a socket is opened, and unit tests check the refusals.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from incastlab.controller.fabricmap import FabricError, FabricMap, load_fabric
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    module: str            # os-ken app module, given to AppManager.run_apps
+    summary: str
+    options: frozenset     # policy-specific options it accepts (argparse dest names)
+    poll_range: tuple[float, float] = (0.01, 60.0)  # allowed --poll-interval, seconds
+
+
+POLICIES = {
+    "single": PolicySpec("incastlab.controller.single",
+                         "every inter-leaf flow crosses one fixed spine (baseline)",
+                         frozenset({"spine"})),
+    "ecmp": PolicySpec("incastlab.controller.ecmp",
+                       "leaves hash flows over all uplinks with an OpenFlow select group",
+                       frozenset()),
+    "spread": PolicySpec("incastlab.controller.spread",
+                         "new flows go round-robin over the spines",
+                         frozenset({"idle_timeout"})),
+    "adaptive": PolicySpec("incastlab.controller.adaptive",
+                           "each new flow takes the least-loaded spine of the last window",
+                           frozenset({"idle_timeout"}), poll_range=(0.1, 0.5)),
+}
+
+DEFAULT_POLL_INTERVAL = 0.5  # seconds
+DEFAULT_IDLE_TIMEOUT = 10    # seconds an exact-match flow entry lives without packets
+POLICY_OPTIONS = {"spine": "--spine", "idle_timeout": "--idle-timeout"}
+
+
+class OptionError(ValueError):
+    """A controller option is refused; the message names it and the allowed values."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    policy: str
+    port: int
+    fabric_path: str
+    fabric: FabricMap
+    out_dir: str
+    poll_interval: float = DEFAULT_POLL_INTERVAL  # seconds
+    spine: int = 1                                # single: the spine every flow crosses
+    idle_timeout: int = DEFAULT_IDLE_TIMEOUT      # reactive policies, seconds
+
+
+def build_settings(policy: str, port: int, fabric_path: str, out_dir: str,
+                   poll_interval: float | None = None, spine: int | None = None,
+                   idle_timeout: int | None = None, fabric: FabricMap | None = None
+                   ) -> Settings:
+    """Validate everything and return Settings, or raise OptionError.
+
+    ``fabric`` may be given directly (tests); otherwise ``fabric_path`` is read.
+    Options that do not belong to the policy are refused, not ignored.
+    """
+    if policy not in POLICIES:
+        raise OptionError(f"--policy {policy!r} is unknown; allowed: {', '.join(POLICIES)}")
+    spec = POLICIES[policy]
+    given = {"spine": spine, "idle_timeout": idle_timeout}
+    for name, value in given.items():
+        if value is not None and name not in spec.options:
+            users = [p for p, s in POLICIES.items() if name in s.options]
+            raise OptionError(f"{POLICY_OPTIONS[name]} applies only to policy "
+                              f"{' or '.join(users)}, not {policy!r}")
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise OptionError(f"--port must be an integer from 1 to 65535, got {port!r}")
+    low, high = spec.poll_range
+    if poll_interval is None:
+        poll_interval = min(max(DEFAULT_POLL_INTERVAL, low), high)
+    if not isinstance(poll_interval, (int, float)) or not low <= poll_interval <= high:
+        raise OptionError(f"--poll-interval must be from {low} to {high} seconds for "
+                          f"policy {policy!r}, got {poll_interval!r}")
+    if fabric is None:
+        try:
+            fabric = load_fabric(fabric_path)
+        except FabricError as e:
+            raise OptionError(f"--fabric: {e}") from None
+    if spine is None:
+        spine = 1
+    if policy == "single" and spine not in fabric.spines:
+        allowed = sorted(fabric.spines) or "none (the fabric has no spine)"
+        if fabric.spines or spine != 1:
+            raise OptionError(f"--spine must be one of {allowed}, got {spine!r}")
+    if idle_timeout is None:
+        idle_timeout = DEFAULT_IDLE_TIMEOUT
+    if isinstance(idle_timeout, bool) or not isinstance(idle_timeout, int) \
+            or not 1 <= idle_timeout <= 65535:
+        raise OptionError(f"--idle-timeout must be an integer from 1 to 65535 seconds, "
+                          f"got {idle_timeout!r}")
+    if not os.path.isdir(out_dir):
+        raise OptionError(f"--out {out_dir!r} must be an existing directory")
+    return Settings(policy, port, fabric_path, fabric, out_dir, float(poll_interval),
+                    spine, idle_timeout)
