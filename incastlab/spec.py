@@ -240,7 +240,9 @@ class Routing:
 
 @dataclass
 class Straggler:
-    """A slow worker: its compute time is multiplied by ``factor``."""
+    """A slow worker: its compute time is multiplied by ``factor`` (>= 1). ``rank`` is
+    the worker's index, 0 to workers - 1, i.e. ``Placement.workers[rank]``; PS hosts are
+    not counted (the PS app numbers its processes servers first: app rank = shards + rank)."""
 
     rank: int
     factor: float
@@ -262,7 +264,7 @@ class Workload:
     staleness: int | None = _f(None, _optional(_int(0, 1000, unit="steps")),
                                "ssp: how far the fastest worker may run ahead; "
                                "required for mode ssp", sweep=True)
-    backup_workers: int | None = _f(None, _optional(_int(1, 999)),
+    backup_workers: int | None = _f(None, _optional(_int(0, 999)),
                                     "backup: late gradients dropped per step; required for "
                                     "mode backup, fewer than workers", sweep=True)
     impl: str = _f("ring", _choice(*RING_IMPLS),
@@ -272,12 +274,13 @@ class Workload:
                          "model parameter count (float32: 4 bytes each)", sweep=True)
     iterations: int = _f(10, _int(1, 100_000), "training iterations per worker")
     batch_size: int = _f(32, _int(1, 65_536), "samples per worker per iteration")
-    lr: float = _f(0.05, _num(0, 10, low_open=True), "SGD learning rate")
+    lr: float = _f(0.5, _num(0, 10, low_open=True), "SGD learning rate (no momentum)")
     timeout_s: float = _f(120.0, _num(0, 86_400, low_open=True, unit="s"),
                           "communication timeout of the apps (a stalled peer fails the run)")
     stragglers: list[Straggler] = _f([], _stragglers,
-                                     "slow workers: [{rank = worker rank, factor = "
-                                     "compute-time multiplier}]", list_valued=True)
+                                     "slow workers: [{rank = worker rank (0-based, PS hosts "
+                                     "not counted), factor = compute-time multiplier}]",
+                                     list_valued=True)
     ps_leaf: int = _f(1, _int(1, naming.MAX_LEAVES),
                       "leaf of the PS host(s) (ps) or the receiver (incast)")
     worker_leaves: list[int] | str = _f("spread", _worker_leaves,
@@ -637,21 +640,23 @@ def _problems(spec: Spec, capabilities) -> list[str]:
         else:
             problem = check(value)
             for line in problem.split("\n") if problem else ():
-                found.append(f"{key}{line}" if line[0] in "[:" else f"{key}: {line}")
+                # "[0].rank: ..." and ": ..." continue the key (workload.stragglers[0].rank)
+                joined = re.match(r"\[\d+\][.:]|:", line)
+                found.append(f"{key}{line}" if joined else f"{key}: {line}")
         if found:
             bad.add(key)
             errors += found
-    if not any(key in bad for key in SWEEPABLE) and "run.repetitions" not in bad:
+    if "run.repetitions" not in bad:
         runs = _count_runs(spec)
         if runs > MAX_SWEEP_RUNS:
             errors.append(f"run.repetitions: the sweep expands to {runs} runs, more than "
                           f"{MAX_SWEEP_RUNS}")
-    if any(key in bad for key in SWEEPABLE):
-        return errors  # points cannot be built from bad axes; fix those first
-    # Cross-field checks, per sweep point; a problem shared by every point is said once.
+            return errors
+    # Cross-field checks, per sweep point (bad axes are not expanded: checks that need a
+    # bad field skip it); a problem shared by every point is said once.
     caps = _caps(capabilities)
     seen: dict[str, list[str]] = {}
-    points = list(_points(spec))
+    points = list(_points(spec, skip=bad))
     for label, point in points:
         for problem in _point_problems(point, caps, bad):
             seen.setdefault(problem, []).append(label)
@@ -669,9 +674,10 @@ def _count_runs(spec: Spec) -> int:
     return runs
 
 
-def _points(spec: Spec):
-    """(label, single-valued spec) for each combination of sweep values, no repetitions."""
-    axes = spec.swept()
+def _points(spec: Spec, skip: Iterable[str] = ()):
+    """(label, single-valued spec) for each combination of sweep values, no repetitions;
+    axes in ``skip`` are left unexpanded."""
+    axes = {key: values for key, values in spec.swept().items() if key not in skip}
     for combo in itertools.product(*axes.values()):
         point = copy.deepcopy(spec)
         for key, value in zip(axes, combo, strict=True):
@@ -693,7 +699,7 @@ def _label_value(v) -> str:
 
 def _point_problems(p: Spec, caps: dict[str, Any], bad: set[str]) -> list[str]:
     """Problems that involve more than one field, for one single-valued spec."""
-    t, r, w, c = p.topology, p.routing, p.workload, p.capture
+    t, r, w = p.topology, p.routing, p.workload
     errors: list[str] = []
 
     def ok(*keys: str) -> bool:
@@ -721,10 +727,13 @@ def _point_problems(p: Spec, caps: dict[str, Any], bad: set[str]) -> list[str]:
                                                     "workload.workers"):
         if w.backup_workers is None:
             errors.append("workload.backup_workers: missing; mode backup needs an integer "
-                          "from 1 to workload.workers - 1")
+                          "from 0 to workload.workers - 1")
         elif w.backup_workers >= w.workers:
-            errors.append(f"workload.backup_workers: {w.backup_workers!r} is not from 1 to "
+            errors.append(f"workload.backup_workers: {w.backup_workers!r} is not from 0 to "
                           f"{w.workers - 1} (fewer than workload.workers = {w.workers})")
+    if w.kind == "ps" and w.mode == "backup" and ok("workload.shards") and w.shards > 1:
+        # the PS app cannot end one step at the same moment on several shards
+        errors.append(f"workload.shards: {w.shards!r} is not 1, as mode backup needs")
     count_key = "workload.senders" if w.kind == "incast" else "workload.workers"
     if ok("workload.stragglers", count_key):
         count = w.senders if w.kind == "incast" else w.workers
@@ -738,21 +747,27 @@ def _point_problems(p: Spec, caps: dict[str, Any], bad: set[str]) -> list[str]:
                   "workload.ps_leaf", "workload.worker_leaves"]
     if not ok(*topo_keys) or any(e.startswith("topology.") for e in errors):
         return errors
-    if ok(*place_keys):
-        _placed, place_errors = _place(p)
-        errors += place_errors
-        if place_errors:
-            return errors
+    if not ok(*place_keys):
+        # A star's size follows from the workload; a leaf-spine's does not.
+        return errors if t.kind == "star" else errors + _fabric_problems(p, ok)
+    _placed, place_errors = _place(p)
+    if place_errors:
+        return errors + place_errors
+    return errors + _fabric_problems(p, ok)
+
+
+def _fabric_problems(p: Spec, ok: Callable[..., bool]) -> list[str]:
+    """The topology's own validation, then the capture interfaces against the fabric."""
     try:
         _make_topology(p)
     except SpecError as exc:
-        errors += exc.errors
-        return errors
-    except ImportError:  # no Mininet library here: our own checks above must do
+        return exc.errors
+    except ImportError:  # no Mininet library here: our own checks must do
         pass
-    if c.ports != "default" and ok("capture.ports"):
+    errors = []
+    if p.capture.ports != "default" and ok("capture.ports"):
         known = _interfaces(p)
-        for name in c.ports:
+        for name in p.capture.ports:
             if name not in known:
                 errors.append(f"capture.ports: {name!r} is not an interface of this fabric "
                               f"(hosts h1-eth0..h{_host_count(p)}-eth0; see fabric.json)")
