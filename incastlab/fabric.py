@@ -23,16 +23,17 @@ from pathlib import Path
 
 from mininet.log import setLogLevel
 from mininet.net import Mininet
-from mininet.node import OVSSwitch, RemoteController
+from mininet.node import RemoteController
 
 from incastlab.clean import clean_state
 from incastlab.lock import RunLock
 from incastlab.preflight import Capabilities, run_preflight
 from incastlab.state import RunState
 from incastlab.topologies.leafspine import fabric_map
-from incastlab.topologies.links import QueuedLink
+from incastlab.topologies.links import QueuedLink, QueuedOVSSwitch
 
 DEFAULT_CONTROLLER_PORT = 6653
+ALLOWED_CC = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 
 
 class FabricError(RuntimeError):
@@ -83,6 +84,7 @@ class Fabric:
         self.lock = RunLock()
         self._old_handlers: dict = {}
         self._stopped = False
+        self._saved_allowed_cc: str | None = None
 
     # ----------------------------------------------------------------- lifecycle
     def __enter__(self) -> Fabric:
@@ -116,7 +118,7 @@ class Fabric:
         (self.run_dir / "fabric.json").write_text(json.dumps(fmap, indent=1))
         self._start_controller()
         setLogLevel(os.environ.get("INCASTLAB_MININET_LOG", "warning"))
-        switch = partial(OVSSwitch, datapath=self.capabilities.datapath,
+        switch = partial(QueuedOVSSwitch, datapath=self.capabilities.datapath,
                          protocols="OpenFlow13", failMode="secure")
         controller = partial(QuietRemoteController, ip="127.0.0.1", port=self.controller_port)
         self.net = Mininet(topo=self.topo, switch=switch, link=QueuedLink,
@@ -151,6 +153,8 @@ class Fabric:
             if self.state is not None:
                 clean_state(self.state)
                 self.state.remove()
+            if self._saved_allowed_cc is not None:
+                ALLOWED_CC.write_text(self._saved_allowed_cc)
         finally:
             self.lock.release()
             signal.signal(signal.SIGINT, previous_int)
@@ -170,7 +174,17 @@ class Fabric:
         out.close()
         self.state.add_process(self.controller.pid, "controller")
 
+    def _allow_congestion_control(self) -> None:
+        """A namespace other than the root one may only pick an algorithm listed in
+        the root's tcp_allowed_congestion_control (else EPERM). Add ours for the run;
+        stop() puts the list back."""
+        allowed = ALLOWED_CC.read_text().split()
+        if self.congestion_control not in allowed:
+            self._saved_allowed_cc = " ".join(allowed)
+            ALLOWED_CC.write_text(" ".join(allowed + [self.congestion_control]))
+
     def _configure_hosts(self) -> None:
+        self._allow_congestion_control()
         for host in self.net.hosts:
             out = host.cmd(f"sysctl -qw net.ipv4.tcp_congestion_control={self.congestion_control}"
                            " net.ipv6.conf.all.disable_ipv6=1"

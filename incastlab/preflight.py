@@ -73,13 +73,14 @@ def kernel_datapath_usable() -> bool:
 
 
 def netem_available() -> bool:
-    """Probe netem on a dummy interface inside a throwaway namespace of our own."""
+    """Probe netem on a veth inside a throwaway namespace of our own (veth, because
+    Mininet needs it anyway; some kernels here lack the dummy driver)."""
     ns = f"incastlab-probe-{uuid.uuid4().hex[:8]}"
     if _quiet(["ip", "netns", "add", ns]).returncode != 0:
         return False
     try:
         ok = _quiet(["ip", "netns", "exec", ns, "ip", "link", "add", "probe0", "type",
-                     "dummy"]).returncode == 0
+                     "veth", "peer", "name", "probe1"]).returncode == 0
         return ok and _quiet(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "probe0",
                               "root", "netem", "delay", "1ms"]).returncode == 0
     finally:

@@ -16,10 +16,8 @@ datapath TCP stalls otherwise, and captures then show wire-sized packets.
 """
 from __future__ import annotations
 
-from functools import partial
-
 from mininet.link import Intf, Link
-from mininet.node import Switch
+from mininet.node import OVSSwitch, Switch
 
 HOST_QUEUE_PACKETS = 1000
 QUEUE_HANDLE = "10:"  # the pfifo (or netem) child that holds the packets
@@ -64,13 +62,38 @@ class QueuedIntf(Intf):
     def config(self, bw=None, queue_packets=None, delay=None, **params):
         result = Intf.config(self, **params)
         _run(self, ["ethtool", "-K", self.name] + [w for o in OFFLOADS for w in (o, "off")])
-        if bw:
-            on_switch = isinstance(self.node, Switch)
-            limit = queue_packets if (on_switch and queue_packets) else HOST_QUEUE_PACKETS
-            for argv in tc_commands(self.name, float(bw), int(limit), delay):
-                _run(self, argv)
         self.bw, self.queue_packets, self.delay = bw, queue_packets, delay
+        self.apply_queue()
         return result
 
+    def apply_queue(self) -> None:
+        """(Re)install the shaping qdiscs from the parameters given at creation."""
+        if self.bw:
+            on_switch = isinstance(self.node, Switch)
+            limit = self.queue_packets if (on_switch and self.queue_packets) \
+                else HOST_QUEUE_PACKETS
+            for argv in tc_commands(self.name, float(self.bw), int(limit), self.delay):
+                _run(self, argv)
 
-QueuedLink = partial(Link, intf=QueuedIntf)
+
+class QueuedOVSSwitch(OVSSwitch):
+    """OVSSwitch that keeps our queues: when OVS adds a port without a QoS row it
+    resets the port's root qdisc (the veth goes back to ``noqueue``). So after start,
+    give every port QoS type ``linux-noop`` — "leave tc alone" — and reinstall ours."""
+
+    def start(self, controllers):
+        OVSSwitch.start(self, controllers)
+        for intf in self.intfList():
+            if isinstance(intf, QueuedIntf) and intf.bw:
+                self.vsctl("--", "set", "Port", intf.name, "qos=@noop", "--",
+                           "--id=@noop", "create", "QoS", "type=linux-noop")
+                intf.apply_queue()
+
+
+class QueuedLink(Link):
+    """A veth pair of QueuedIntfs. (Mininet's addLink always passes its own ``intf``
+    default, so ``partial(Link, intf=...)`` would be overridden: force it here.)"""
+
+    def __init__(self, node1, node2, **params):
+        params["intf"] = QueuedIntf
+        super().__init__(node1, node2, **params)
