@@ -39,15 +39,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from incastlab.controller import registry as controller_registry
 from incastlab.topologies import naming
 
 TOPOLOGY_KINDS = ("leafspine", "star")
 CONGESTION_CONTROLS = ("cubic", "reno", "bbr")
-POLICIES = ("single", "ecmp", "spread", "adaptive")
+# The controller's registry is the one list of policies and their polling ranges.
+POLICIES = tuple(controller_registry.POLICIES)
+POLL_RANGE = (min(p.poll_range[0] for p in controller_registry.POLICIES.values()),
+              max(p.poll_range[1] for p in controller_registry.POLICIES.values()))
 WORKLOAD_KINDS = ("ps", "ring", "incast")
 PS_MODES = ("sync", "async", "ssp", "backup")
 RING_IMPLS = ("ring", "gloo")
-ADAPTIVE_POLL_RANGE = (0.1, 0.5)  # seconds: faster swamps the controller, slower reacts late
 MAX_SWEEP_RUNS = 500
 FORMAT_VERSION = 1
 
@@ -232,10 +235,12 @@ class Routing:
     policy: str = _f("ecmp", _choice(*POLICIES),
                      "single path, ECMP hashing, round-robin spread, or adaptive "
                      "(least-loaded spine from port statistics)", sweep=True)
-    poll_interval_s: float = _f(0.2, _num(0, 10, low_open=True, unit="s"),
+    poll_interval_s: float = _f(0.2, _num(*POLL_RANGE, unit="s"),
                                 "port-statistics polling interval; adaptive needs 0.1 to 0.5")
-    idle_timeout_s: int = _f(10, _int(0, 65_535, unit="s"),
-                             "OpenFlow idle timeout of installed flows; 0 = never")
+    idle_timeout_s: int = _f(controller_registry.DEFAULT_IDLE_TIMEOUT, _int(1, 65_535, unit="s"),
+                             "spread, adaptive: idle timeout of per-flow entries")
+    spine: int = _f(1, _int(1, naming.MAX_SPINES),
+                    "single: the spine every inter-leaf flow crosses")
 
 
 @dataclass
@@ -712,11 +717,15 @@ def _point_problems(p: Spec, caps: dict[str, Any], bad: set[str]) -> list[str]:
     if t.delay and ok("topology.delay") and caps.get("netem") is False:
         errors.append(f"topology.delay: {t.delay!r} needs netem (sch_netem), which this "
                       "kernel does not have; leave topology.delay out here")
-    if r.policy == "adaptive" and ok("routing.poll_interval_s") and not (
-            ADAPTIVE_POLL_RANGE[0] <= r.poll_interval_s <= ADAPTIVE_POLL_RANGE[1]):
-        errors.append(f"routing.poll_interval_s: {r.poll_interval_s!r} is not from "
-                      f"{ADAPTIVE_POLL_RANGE[0]} to {ADAPTIVE_POLL_RANGE[1]} (s), as policy "
-                      "adaptive needs")
+    if r.policy in POLICIES and ok("routing.poll_interval_s"):
+        low, high = controller_registry.POLICIES[r.policy].poll_range
+        if not low <= r.poll_interval_s <= high:
+            errors.append(f"routing.poll_interval_s: {r.poll_interval_s!r} is not from {low} "
+                          f"to {high} (s), as policy {r.policy} needs")
+    if r.policy == "single" and t.kind == "leafspine" and ok("routing.spine", "topology.spines") \
+            and r.spine > t.spines:
+        errors.append(f"routing.spine: {r.spine!r} is not a spine of this fabric "
+                      f"(1 to {t.spines})")
     if w.kind == "ring" and ok("workload.workers") and w.workers < 2:
         errors.append(f"workload.workers: {w.workers!r} is not an integer >= 2, as a ring "
                       "needs")

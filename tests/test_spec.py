@@ -16,7 +16,8 @@ from incastlab.spec import (
     validate,
 )
 
-SPECS = sorted((Path(__file__).resolve().parent.parent / "specs").glob("*.toml"))
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = sorted((ROOT / "specs").glob("*.toml"))
 SHIPPED = {"demo", "ps-incast", "ring-vs-ps", "routing-compare", "straggler-async",
            "classic-incast"}
 
@@ -63,32 +64,23 @@ def test_shipped_spec_is_commented(path):
 
 def test_shipped_sweeps_expand_to_the_expected_runs():
     def labels(name):
-        spec = load_spec(f"specs/{name}.toml", allow_sweep=True)
+        spec = load_spec(ROOT / "specs" / f"{name}.toml", allow_sweep=True)
         return [label for label, _ in expand_sweep(spec)]
 
-    root = Path(__file__).resolve().parent.parent
-    import os
-
-    here = os.getcwd()
-    os.chdir(root)
-    try:
-        assert labels("demo") == ["kind=ps,rep=1", "kind=ring,rep=1"]
-        assert labels("ring-vs-ps") == ["kind=ps,rep=1", "kind=ring,rep=1",
-                                        "kind=ps,rep=2", "kind=ring,rep=2"]
-        assert labels("routing-compare") == [f"policy={p},rep=1" for p in
-                                             ("single", "ecmp", "spread", "adaptive")]
-        assert labels("straggler-async") == [f"mode={m},rep=1" for m in
-                                             ("sync", "async", "ssp", "backup")]
-        assert labels("classic-incast") == [
-            f"senders={n},rto_min_ms={r},rep=1" for n in (2, 4, 8, 12) for r in (200, 1)]
-        assert labels("ps-incast") == ["rep=1"]
-    finally:
-        os.chdir(here)
+    assert labels("demo") == ["kind=ps,rep=1", "kind=ring,rep=1"]
+    assert labels("ring-vs-ps") == ["kind=ps,rep=1", "kind=ring,rep=1",
+                                    "kind=ps,rep=2", "kind=ring,rep=2"]
+    assert labels("routing-compare") == [f"policy={p},rep=1" for p in
+                                         ("single", "ecmp", "spread", "adaptive")]
+    assert labels("straggler-async") == [f"mode={m},rep=1" for m in
+                                         ("sync", "async", "ssp", "backup")]
+    assert labels("classic-incast") == [
+        f"senders={n},rto_min_ms={r},rep=1" for n in (2, 4, 8, 12) for r in (200, 1)]
+    assert labels("ps-incast") == ["rep=1"]
 
 
 def test_ps_incast_spec_places_the_ps_alone_on_leaf_1():
-    root = Path(__file__).resolve().parent.parent
-    spec = load_spec(root / "specs/ps-incast.toml")
+    spec = load_spec(ROOT / "specs/ps-incast.toml")
     placed = spec.placement()
     assert placed == Placement(servers=("h1",), workers=("h3", "h5", "h4", "h6"))
     assert spec.topology.queue_packets == 20
@@ -97,9 +89,8 @@ def test_ps_incast_spec_places_the_ps_alone_on_leaf_1():
 
 
 def test_shipped_single_run_spec_is_refused_by_plain_run_when_it_sweeps():
-    root = Path(__file__).resolve().parent.parent
     with pytest.raises(SpecError) as info:
-        load_spec(root / "specs/routing-compare.toml")
+        load_spec(ROOT / "specs/routing-compare.toml")
     assert info.value.errors == [
         "this spec is a sweep of 4 runs over routing.policy (4 values): `incastlab run` "
         "does one run; use `incastlab sweep` instead"]
@@ -192,11 +183,13 @@ def test_sharded_ps_and_worker_leaves():
     ('[topology]\ndelay = "2 ms"\n',
      "topology.delay: '2 ms' is not a delay like '2ms', '500us' or '0.1s'"),
     ("[routing]\npoll_interval_s = 0\n",
-     "routing.poll_interval_s: 0 is not a number > 0 and <= 10 (s)"),
+     "routing.poll_interval_s: 0 is not a number from 0.01 to 60.0 (s)"),
     ('[routing]\npolicy = "adaptive"\npoll_interval_s = 1.0\n',
      "routing.poll_interval_s: 1.0 is not from 0.1 to 0.5 (s), as policy adaptive needs"),
-    ("[routing]\nidle_timeout_s = -1\n",
-     "routing.idle_timeout_s: -1 is not an integer from 0 to 65535 (s)"),
+    ("[routing]\nidle_timeout_s = 0\n",
+     "routing.idle_timeout_s: 0 is not an integer from 1 to 65535 (s)"),
+    ('[routing]\npolicy = "single"\nspine = 3\n',
+     "routing.spine: 3 is not a spine of this fabric (1 to 2)"),
     ("[workload]\nlr = 0\n", "workload.lr: 0 is not a number > 0 and <= 10"),
     ("[workload]\nmodel_size = 50\n",
      "workload.model_size: 50 is not an integer from 10000 to 10000000 (parameters)"),
@@ -280,7 +273,7 @@ def test_sharded_ps_and_worker_leaves():
      "workload, capture, run"),
     ('[routing]\npolcy = "ecmp"\n',
      "routing.polcy: unknown field (did you mean routing.policy?); [routing] has policy, "
-     "poll_interval_s, idle_timeout_s"),
+     "poll_interval_s, idle_timeout_s, spine"),
     ('[topology]\npolicy = "ecmp"\n',
      "topology.policy: unknown field (it belongs in [routing]: routing.policy); [topology] "
      "has kind, spines, leaves, hosts_per_leaf, senders, host_bw_mbps, fabric_bw_mbps, "
@@ -386,7 +379,7 @@ def test_override_syntax_errors_and_suggestions():
         "override 'routing.policy': expected table.field=value")
     assert the_error(overrides=["routing.polcy=ecmp"]) == (
         "routing.polcy: unknown field (did you mean routing.policy?); [routing] has policy, "
-        "poll_interval_s, idle_timeout_s")
+        "poll_interval_s, idle_timeout_s, spine")
 
 
 def test_override_list_makes_a_sweep():
