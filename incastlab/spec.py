@@ -446,8 +446,8 @@ TABLES: dict[str, type] = {"topology": Topology, "routing": Routing, "workload":
 SWEEPABLE: tuple[str, ...] = tuple(
     f"{t}.{f.name}" for t, cls in TABLES.items() for f in dataclasses.fields(cls)
     if f.metadata["sweep"])
-# Sweep labels use the bare field name; it must say which field it is.
-assert len({k.split(".")[1] for k in SWEEPABLE}) == len(SWEEPABLE)
+if len({key.split(".")[1] for key in SWEEPABLE}) != len(SWEEPABLE):
+    raise RuntimeError("sweep labels use bare field names: sweepable names must be unique")
 
 
 def _iter_fields(spec: Spec):
@@ -455,11 +455,6 @@ def _iter_fields(spec: Spec):
         obj = getattr(spec, table)
         for f in dataclasses.fields(obj):
             yield f"{table}.{f.name}", getattr(obj, f.name), f.metadata
-
-
-def _get(spec: Spec, key: str):
-    table, name = key.split(".")
-    return getattr(getattr(spec, table), name)
 
 
 def _set(spec: Spec, key: str, value) -> None:
@@ -485,6 +480,8 @@ def _parse_value(text: str):
 
 def _apply_overrides(raw: dict, overrides: Iterable[str], errors: list[str]) -> None:
     every_field = [f"{t}.{f.name}" for t, cls in TABLES.items() for f in dataclasses.fields(cls)]
+    text_fields = {f"{t}.{f.name}" for t, cls in TABLES.items() for f in dataclasses.fields(cls)
+                   if f.type == "str"}
     for item in overrides:
         key, eq, value = item.partition("=")
         key = key.strip()
@@ -498,9 +495,11 @@ def _apply_overrides(raw: dict, overrides: Iterable[str], errors: list[str]) -> 
             continue
         table, name = parts
         target = raw.setdefault(table, {})
-        if isinstance(target, dict):
-            target[name] = _parse_value(value.strip())
-        # a non-table here is reported by _split_tables
+        if isinstance(target, dict):  # a non-table here is reported by _split_tables
+            parsed = _parse_value(value.strip())
+            if key in text_fields and not isinstance(parsed, (str, list, dict)):
+                parsed = value.strip()  # --set run.name=2024 means the text "2024"
+            target[name] = parsed
 
 
 def _split_tables(raw: dict, errors: list[str]) -> dict[str, dict]:
@@ -524,9 +523,10 @@ def _split_tables(raw: dict, errors: list[str]) -> dict[str, dict]:
             if name in names:
                 tables[table][name] = value
                 continue
-            hint = _did_you_mean(name, names, f"{table}.{{}}")
-            if not hint and owner.get(name):
+            if owner.get(name):
                 hint = f" (it belongs in [{owner[name]}]: {owner[name]}.{name})"
+            else:
+                hint = _did_you_mean(name, names, f"{table}.{{}}")
             errors.append(f"{table}.{name}: unknown field{hint}; [{table}] has "
                           f"{', '.join(names)}")
     return tables

@@ -363,6 +363,11 @@ def test_overrides_apply_and_are_parsed_as_toml_values(tmp_path):
     assert spec.run.name == "my_spec"
 
 
+def test_override_of_a_text_field_keeps_the_text():
+    spec = load_spec(None, ["run.name=2024", "run.description=true", "run.out_dir=1.5"])
+    assert (spec.run.name, spec.run.description, spec.run.out_dir) == ("2024", "true", "1.5")
+
+
 def test_overrides_are_type_checked():
     assert the_error(overrides=["workload.workers=eight"]) == (
         "workload.workers: 'eight' is not an integer from 1 to 1000")
@@ -504,3 +509,31 @@ def test_round_trip_keeps_optional_fields_and_stragglers():
 
 def test_capture_disabled_captures_nothing():
     assert loads_spec("[capture]\nenabled = false\n").capture_interfaces() == []
+
+
+def test_defaults_agree_with_the_topology_and_controller_modules():
+    from incastlab.controller import registry
+    from incastlab.topologies import leafspine
+
+    spec = load_spec()
+    assert spec.topology.host_bw_mbps == leafspine.DEFAULT_HOST_BW
+    assert spec.topology.queue_packets == leafspine.DEFAULT_QUEUE_PACKETS
+    assert set(leafspine.TOPOS) == {"leafspine", "star"}
+    assert spec.routing.idle_timeout_s == registry.DEFAULT_IDLE_TIMEOUT
+    assert errors_of('[routing]\npolicy = "nope"\n') == [
+        f"routing.policy: 'nope' is not one of {', '.join(registry.POLICIES)}"]
+
+
+def test_loading_and_validating_make_no_system_calls(monkeypatch):
+    import os
+    import subprocess
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the spec module must not touch the system")
+
+    monkeypatch.setattr(subprocess, "Popen", forbidden)
+    monkeypatch.setattr(os, "system", forbidden)
+    for path in SPECS:
+        spec = load_spec(path, allow_sweep=True, capabilities={"netem": True})
+        for _label, single in expand_sweep(spec):
+            single.capture_interfaces()
