@@ -696,7 +696,7 @@ def _label_value(v) -> str:
     if isinstance(v, bool):
         text = "true" if v else "false"
     elif isinstance(v, float):
-        text = format(v, "g")
+        text = str(int(v)) if v.is_integer() else repr(v)  # 200.0 -> 200; exact otherwise
     else:
         text = str(v)
     return re.sub(r"[^A-Za-z0-9._-]", "_", text)

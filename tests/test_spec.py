@@ -468,6 +468,14 @@ def test_too_big_a_sweep_is_refused():
         "run.repetitions: the sweep expands to 600 runs, more than 500"]
 
 
+def test_float_labels_are_exact():
+    spec = loads_spec("[workload]\nrto_min_ms = [1, 0.5, 12345, 0.1000001]\n",
+                      allow_sweep=True)
+    assert [label for label, _ in expand_sweep(spec)] == [
+        "rto_min_ms=1,rep=1", "rto_min_ms=0.5,rep=1", "rto_min_ms=12345,rep=1",
+        "rto_min_ms=0.1000001,rep=1"]
+
+
 def test_sweepable_fields():
     assert set(SWEEPABLE) >= {"routing.policy", "workload.kind", "workload.mode",
                               "workload.workers", "topology.queue_packets",
