@@ -149,6 +149,7 @@ class Server:
         self.deferred: dict[int, tuple[float, int]] = {}  # ssp: rank -> (t_arrival, stale)
         self.late: list[int] = []  # backup: discarded since the last update
         self.applied = self.discarded = 0
+        self.discarded_by_rank = {w: 0 for w in self.workers}
         self.bytes_sent = self.bytes_recv = 0
         self.events: queue.Queue = queue.Queue()
         self.senders: list[threading.Thread] = []
@@ -228,6 +229,7 @@ class Server:
         """sync and backup: gather a step's gradients; late ones are discarded."""
         if g_version != self.version:  # late: this version's step is already done
             self.discarded += 1
+            self.discarded_by_rank[w] += 1
             self.late.append(w)
             self.reply(w, t_arr, self.version - g_version, False)
             return
@@ -294,6 +296,7 @@ def run_server(args: argparse.Namespace, log: common.JsonLog) -> None:
         accuracy, loss = trainer.evaluate(server.params)
     log.write("final", t=time.time(), accuracy=accuracy, loss=loss, iterations=server.version,
               applied=server.applied, discarded=server.discarded,
+              discarded_by_rank={str(r): c for r, c in server.discarded_by_rank.items()},
               bytes_sent=server.bytes_sent, bytes_recv=server.bytes_recv,
               params_sha256=params_digest(server.params))
     dist.destroy_process_group()
@@ -352,7 +355,7 @@ def run_worker(args: argparse.Namespace, log: common.JsonLog) -> None:
         params, meta = finish_pull(posted)
         t_end = time.time()
         log.write("iteration", iteration=iteration, t_start=t_start, t_end=t_end,
-                  compute_s=compute_s, slowdown_s=slow_s, comm_s=t_end - t_push,
+                  compute_s=compute_s, slowdown_s=slow_s, t_push=t_push, comm_s=t_end - t_push,
                   wait_s=meta["hold"], push_s=t_pushed - t_push, pull_s=t_end - t_pushed,
                   bytes_sent=bytes_sent, bytes_recv=meta["bytes"],
                   model_version=min(versions), shard_versions=versions,

@@ -1,0 +1,115 @@
+"""Run an app's ranks as local processes on loopback (tests, benchmarks, trying things out).
+
+Inside Mininet the runner starts one process per emulated host; this module does the
+same on 127.0.0.1 with `subprocess`, each rank in its own process group so that it, and
+only it, can be killed. `LocalJob` is a context manager: leaving it kills whatever of its
+own is still running.
+
+    with LocalJob(out_dir) as job:
+        for rank, argv in enumerate(ps_argv(workers=3, out=out_dir, port=free_port())):
+            job.start(rank, argv)
+        codes = job.wait(timeout=120)
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def ps_argv(workers: int, out: str | Path, port: int, shards: int = 1,
+            extra: list[str] | None = None) -> list[list[str]]:
+    """Command lines of a PS job: ranks 0..shards-1 servers, then `workers` workers."""
+    world = shards + workers
+    common = ["--world-size", str(world), "--master", f"{LOOPBACK}:{port}", "--iface", "lo",
+              "--out", str(out), "--shards", str(shards), *(extra or [])]
+    return [[sys.executable, "-m", "incastlab.apps.ps",
+             "--role", "server" if rank < shards else "worker", "--rank", str(rank), *common]
+            for rank in range(world)]
+
+
+def ring_argv(ranks: int, out: str | Path, port: int, extra: list[str] | None = None
+              ) -> list[list[str]]:
+    """Command lines of a ring all-reduce job of `ranks` ranks."""
+    return [[sys.executable, "-m", "incastlab.apps.ring", "--rank", str(rank),
+             "--world-size", str(ranks), "--master", f"{LOOPBACK}:{port}", "--iface", "lo",
+             "--out", str(out), *(extra or [])] for rank in range(ranks)]
+
+
+class LocalJob:
+    """Processes of one job; stdout/stderr of rank R go to OUT/R.stdout, OUT/R.stderr."""
+
+    def __init__(self, out: str | Path) -> None:
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.procs: dict[Any, subprocess.Popen] = {}
+
+    def start(self, name: Any, argv: list[str]) -> subprocess.Popen:
+        with open(self.out / f"{name}.stdout", "wb") as so, \
+                open(self.out / f"{name}.stderr", "wb") as se:
+            proc = subprocess.Popen(argv, stdout=so, stderr=se, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def wait(self, timeout: float) -> dict[Any, int | None]:
+        """Wait up to `timeout` s for all; return exit codes (None: still running, killed)."""
+        deadline = time.monotonic() + timeout
+        codes: dict[Any, int | None] = {}
+        for name, proc in self.procs.items():
+            try:
+                codes[name] = proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                codes[name] = None
+        self.kill()
+        return codes
+
+    def kill(self, name: Any = None) -> None:
+        """SIGKILL the process group of `name` (default: every rank still running)."""
+        targets = [self.procs[name]] if name is not None else list(self.procs.values())
+        for proc in targets:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+
+    def stderr(self, name: Any) -> str:
+        return (self.out / f"{name}.stderr").read_text(errors="replace")
+
+    def __enter__(self) -> LocalJob:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The records of one `<rank>.jsonl` log (a torn last line is ignored)."""
+    records = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def events(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [r for r in records if r.get("event") == kind]
