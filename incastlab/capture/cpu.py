@@ -1,0 +1,83 @@
+"""Machine CPU use during a run (fidelity): a userspace-datapath fabric is only as good
+as the CPU left to ovs-vswitchd. Sampled from /proc once per second in a thread."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+SATURATED_BUSY = 0.95      # machine busy fraction counted as saturated
+SATURATED_SHARE = 0.20     # ... for at least this share of the samples
+
+
+def _cpu_times() -> tuple[int, int]:
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields), idle
+
+
+def _proc_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def _vswitchd_pid() -> int | None:
+    for path in ("/run/openvswitch/ovs-vswitchd.pid", "/var/run/openvswitch/ovs-vswitchd.pid"):
+        try:
+            return int(open(path).read().strip())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+class CpuMonitor:
+    def __init__(self, interval_s: float = 1.0):
+        self.interval_s = interval_s
+        self.busy: list[float] = []
+        self.vswitchd: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="cpu-monitor")
+        self._hz = os.sysconf("SC_CLK_TCK")
+        self._pid = _vswitchd_pid()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self):
+        total0, idle0 = _cpu_times()
+        ovs0 = _proc_ticks(self._pid) if self._pid else None
+        t0 = time.monotonic()
+        while not self._stop.wait(self.interval_s):
+            total1, idle1 = _cpu_times()
+            ovs1 = _proc_ticks(self._pid) if self._pid else None
+            t1 = time.monotonic()
+            if total1 > total0:
+                self.busy.append(1 - (idle1 - idle0) / (total1 - total0))
+            if ovs0 is not None and ovs1 is not None:
+                self.vswitchd.append((ovs1 - ovs0) / self._hz / (t1 - t0))
+            total0, idle0, ovs0, t0 = total1, idle1, ovs1, t1
+
+    def summary(self) -> dict:
+        n = len(self.busy)
+        saturated = sum(b >= SATURATED_BUSY for b in self.busy)
+        return {"cores": os.cpu_count(), "samples": n,
+                "mean_busy": sum(self.busy) / n if n else None,
+                "max_busy": max(self.busy) if n else None,
+                "saturated_share": saturated / n if n else None,
+                "saturated": bool(n) and saturated / n >= SATURATED_SHARE,
+                "vswitchd_max_core_share": max(self.vswitchd) if self.vswitchd else None,
+                "vswitchd_mean_core_share": (sum(self.vswitchd) / len(self.vswitchd)
+                                             if self.vswitchd else None),
+                "rule": f"saturated when the machine was >= {SATURATED_BUSY:.0%} busy in "
+                        f">= {SATURATED_SHARE:.0%} of 1 s samples"}

@@ -1,0 +1,261 @@
+"""One experiment from a validated spec to a run directory (and its report).
+
+preflight → fabric → controller → captures → workload → teardown → analysis.
+Everything started is stopped on every path out: normal end, a failed worker, a dead
+controller, a deadline, SIGINT or SIGTERM. The manifest says how the run ended
+(``complete``, ``aborted``, ``failed`` with the reason) and every file already written
+is kept. A run that is not complete is reported as such, never as if complete.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from incastlab.capture import counters
+from incastlab.capture.cpu import CpuMonitor
+from incastlab.capture.pcap import start_captures
+from incastlab.controller.registry import POLICIES
+from incastlab.fabric import DEFAULT_CONTROLLER_PORT, Fabric, Terminated
+from incastlab.lock import RunLock
+from incastlab.manifest import Manifest
+from incastlab.preflight import run_preflight
+from incastlab.progress import Progress
+from incastlab.spec import Spec, validate
+from incastlab.topologies import naming
+from incastlab.workloads import WORKLOADS, expected_iterations
+
+MIN_FREE_BYTES = 512 * 2**20     # refuse to start captures below this
+LOW_FREE_BYTES = 128 * 2**20     # stop captures when the disk gets this full
+
+
+class RunFailed(Exception):
+    """The run cannot go on; ``status`` is failed or aborted, the message the reason."""
+
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status = status
+
+
+def new_run_dir(base: str | Path, name: str, label: str | None = None) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = Path(base) / (f"{name}-{label}" if label else f"{name}-{stamp}")
+    if path.exists():
+        path = Path(f"{path}-{stamp}")
+    path.mkdir(parents=True)
+    return path
+
+
+def policy_args(spec: Spec) -> list[str]:
+    options = POLICIES[spec.routing.policy].options
+    args = ["--poll-interval", f"{spec.routing.poll_interval_s:g}"]
+    if "spine" in options:
+        args += ["--spine", str(spec.routing.spine)]
+    if "idle_timeout" in options:
+        args += ["--idle-timeout", str(spec.routing.idle_timeout_s)]
+    return args
+
+
+def switch_ports(fabric_map: dict) -> list[str]:
+    """Every switch egress interface (the queues the sampler reads)."""
+    return sorted({lk[i] for lk in fabric_map["links"] for i in ("intf1", "intf2")
+                   if not lk[i].startswith("h")})
+
+
+def check_ready(spec: Spec, controller_port: int):
+    """Preflight plus the machine-dependent spec checks; nothing is touched yet."""
+    caps = run_preflight(controller_port=controller_port, need_netem=bool(spec.topology.delay),
+                         congestion_control=spec.topology.congestion_control, lock=RunLock())
+    validate(spec, caps)
+    return caps
+
+
+def run_experiment(spec: Spec, run_dir: Path, controller_port: int = DEFAULT_CONTROLLER_PORT,
+                   progress: Progress | None = None, caps=None) -> str:
+    """Run one experiment into ``run_dir`` (created by the caller); return its status.
+
+    The caller has validated the spec (``check_ready``); the report is built by the
+    caller too, so that a crash in analysis never touches the raw data's status."""
+    progress = progress or Progress(enabled=False)
+    spec.require_single()
+    (run_dir / "spec.toml").write_text(spec.to_toml())
+    manifest = Manifest(run_dir, spec.to_dict())
+    if caps is not None:
+        manifest.update(datapath=caps.datapath, netem=caps.netem, notices=caps.notices,
+                        congestion_control=spec.topology.congestion_control)
+    old_term = signal.signal(signal.SIGTERM, _terminated)
+    status, reason = "complete", None
+    try:
+        _run(spec, run_dir, controller_port, manifest, progress)
+    except Terminated:
+        status, reason = "aborted", "stopped by SIGTERM"
+    except KeyboardInterrupt:
+        status, reason = "aborted", "interrupted by the user (SIGINT)"
+    except RunFailed as exc:
+        status, reason = exc.status, str(exc)
+    except Exception as exc:  # noqa: BLE001 - recorded, with its traceback, as the reason
+        status, reason = "failed", f"{type(exc).__name__}: {exc}"
+        (run_dir / "error.txt").write_text(traceback.format_exc())
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+        manifest.finish(status, reason)
+        progress.phase(f"run {status}" + (f": {reason}" if reason else ""))
+    return status
+
+
+def _terminated(signum, _frame):
+    raise Terminated(f"signal {signum}")
+
+
+def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Progress):
+    deadline = time.monotonic() + spec.run.duration_limit_s
+    topo = spec.make_topology()
+    progress.phase("fabric and controller coming up")
+    fab = Fabric(topo, policy=spec.routing.policy, run_dir=run_dir, controller_port=port,
+                 congestion_control=spec.topology.congestion_control,
+                 policy_args=policy_args(spec), ready_timeout=spec.run.phase_timeout_s)
+    with fab:
+        fmap = json.loads((run_dir / "fabric.json").read_text())
+        manifest.update(datapath=fab.capabilities.datapath, netem=fab.capabilities.netem,
+                        ovs=fab.capabilities.ovs_version, notices=fab.capabilities.notices,
+                        congestion_control=spec.topology.congestion_control)
+        progress.phase(f"fabric ready: {len(fab.net.switches)} switches, "
+                       f"{len(fab.net.hosts)} hosts, policy {spec.routing.policy}")
+        if spec.workload.rto_min_ms is not None:
+            _set_rto_min(fab, spec.workload.rto_min_ms)
+        counters.snapshot(fab, run_dir / "counters", "before")
+        procs: list = []
+        captures: list = []
+        sampler = None
+        try:
+            sampler = _start_sampler(fab, fmap, run_dir, spec.capture.queue_sample_ms)
+            if spec.capture.enabled:
+                _require_disk(run_dir, MIN_FREE_BYTES)
+                progress.phase("captures starting")
+                captures = start_captures(fab, spec.capture_interfaces(), run_dir / "pcap",
+                                          spec.capture.snaplen, spec.run.phase_timeout_s)
+            launches = WORKLOADS[spec.workload.kind](spec, fmap, str(run_dir / "workers"))
+            progress.phase(f"workload {spec.workload.kind} starting "
+                           f"({len(launches)} processes)")
+            with CpuMonitor() as cpu:
+                try:
+                    procs = _start_workload(fab, launches, run_dir / "workers")
+                    _wait_workload(spec, fab, procs, launches, captures, run_dir, deadline,
+                                   progress)
+                finally:
+                    manifest.update(cpu=cpu.summary())
+        finally:
+            _stop_all(procs)
+            stats = {c.iface: c.stop() for c in captures}
+            if captures:
+                manifest.update(capture_drops=stats, capture_lossy=sorted(
+                    i for i, s in stats.items() if s.get("dropped_by_kernel")))
+            if sampler is not None:
+                _stop_all([sampler])
+                meta = run_dir / "queues.csv.meta.json"
+                if meta.exists():
+                    manifest.update(queue_sampler=json.loads(meta.read_text()))
+            if fab.net is not None:
+                counters.snapshot(fab, run_dir / "counters", "after")
+        progress.phase("tearing down")
+
+
+def _set_rto_min(fab: Fabric, rto_min_ms: float) -> None:
+    """Apply the minimum RTO to every host's route into the fabric (per-route, as in
+    the incast literature; the kernel's default floor is 200 ms)."""
+    for host in fab.net.hosts:
+        intf = host.defaultIntf().name
+        out = host.cmd(f"ip route replace {naming.SUBNET} dev {intf} proto kernel scope link "
+                       f"src {host.IP()} rto_min {rto_min_ms:g}ms 2>&1; echo rc=$?")
+        if "rc=0" not in out:
+            raise RunFailed("failed", f"could not set rto_min on {host.name}: {out.strip()}")
+
+
+def _start_sampler(fab: Fabric, fmap: dict, run_dir: Path, interval_ms: float):
+    argv = [sys.executable, "-m", "incastlab.capture.queues", "--ifaces",
+            ",".join(switch_ports(fmap)), "--interval-ms", f"{interval_ms:g}",
+            "--out", str(run_dir / "queues.csv")]
+    # switch ports live in the root namespace, so the sampler runs there too
+    proc = subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL)
+    fab.state.add_process(proc.pid, "queue sampler")
+    return proc
+
+
+def _start_workload(fab: Fabric, launches, log_dir: Path) -> list:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for launch in launches:
+        with open(log_dir / f"{launch.rank}.stderr", "w") as err:
+            procs.append(fab.popen(launch.host, launch.argv, f"{launch.role} {launch.rank}",
+                                   stdout=subprocess.DEVNULL, stderr=err,
+                                   stdin=subprocess.DEVNULL))
+    return procs
+
+
+def _iterations_logged(path: Path) -> int:
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for line in f if b'"iteration"' in line or b'"round"' in line)
+    except OSError:
+        return 0
+
+
+def _wait_workload(spec, fab, procs, launches, captures, run_dir, deadline, progress):
+    log_dir = run_dir / "workers"
+    last_shown = 0.0
+    while True:
+        codes = [p.poll() for p in procs]
+        bad = [(launch, code) for launch, code in zip(launches, codes, strict=True)
+               if code not in (None, 0)]
+        if bad:
+            launch, code = bad[0]
+            err = (log_dir / f"{launch.rank}.stderr").read_text(errors="replace").strip()
+            raise RunFailed("failed", f"{launch.role} rank {launch.rank} on {launch.host} "
+                                      f"exited with status {code}: {err[-300:]}")
+        if all(code == 0 for code in codes):
+            return
+        failed = fab._controller_failed()
+        if failed:
+            raise RunFailed("failed", failed.splitlines()[0])
+        if time.monotonic() > deadline:
+            raise RunFailed("failed", f"the workload exceeded run.duration_limit_s = "
+                                      f"{spec.run.duration_limit_s:g} s")
+        if captures and shutil.disk_usage(run_dir).free < LOW_FREE_BYTES:
+            for cap in captures:
+                cap.stop()
+            progress.phase("disk nearly full: captures stopped")
+            captures.clear()
+        if time.monotonic() - last_shown >= 1.0:
+            done = {launch.host: _iterations_logged(log_dir / f"{launch.rank}.jsonl")
+                    for launch in launches if launch.counts_iterations}
+            want = expected_iterations(spec, launches[0])
+            progress.iterations(done, want)
+            last_shown = time.monotonic()
+        time.sleep(0.2)
+
+
+def _stop_all(procs, grace_s: float = 3.0) -> None:
+    import os
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        live = [p for p in procs if p.poll() is None]
+        for p in live:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+        end = time.monotonic() + grace_s
+        while time.monotonic() < end and any(p.poll() is None for p in live):
+            time.sleep(0.05)
+
+
+def _require_disk(run_dir: Path, need: int) -> None:
+    free = shutil.disk_usage(run_dir).free
+    if free < need:
+        raise RunFailed("failed", f"only {free / 2**20:.0f} MiB free under {run_dir}; captures "
+                                  f"need at least {need / 2**20:.0f} MiB")
