@@ -6,9 +6,11 @@ destination leaf) carried the least traffic, as a fraction of their capacity, in
 last port-stats window (--poll-interval, 0.1-0.5 s). Capacities come from
 fabric.json, not OVS (which reports the veths' nominal 10 Gbit/s).
 
-A flow placed less than one window ago is not yet in the counters, so each such
-flow adds an assumed full host-link rate to its path until the next poll; otherwise
-flows started in a burst would all see the same idle spine.
+A flow placed less than one window ago is not yet in the counters. Counting it at
+an assumed rate would be a guess (iperf3, gloo and the PS open short control
+connections next to their bulk ones), so each such flow adds only PENDING_SHARE of
+capacity to its links: enough to alternate a burst of flows over spines whose
+measured loads are equal, too little to outweigh a measured difference.
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import time
 from incastlab.controller import paths
 from incastlab.controller.base import FabricApp
 
+PENDING_SHARE = 0.05  # fraction of link capacity a just-placed flow counts for
+
 
 class AdaptiveApp(FabricApp):
     POLICY = "adaptive"
@@ -24,12 +28,14 @@ class AdaptiveApp(FabricApp):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.recent = []  # (t, links, utilisation share) of flows placed this window
+        self.recent = []  # (t, links, share) of flows placed within the last window
 
     def choose_spine(self, key, src_leaf, dst_leaf):
         now = time.time()
-        window = self.settings.poll_interval
-        self.recent = [r for r in self.recent if now - r[0] < window]
+        # A rate covers the window between the last two polls, so a flow shows in
+        # it only once it has run through a whole window: up to two intervals.
+        horizon = 2 * self.settings.poll_interval
+        self.recent = [r for r in self.recent if now - r[0] < horizon]
         links = {spine: paths.path_links(self.fabric, src_leaf, dst_leaf, spine)
                  for spine in paths.spine_indices(self.fabric)}
         capacities = {link: self.fabric.capacity_mbps(*link)
@@ -40,8 +46,5 @@ class AdaptiveApp(FabricApp):
                 if link in util:
                     util[link] += share
         spine = paths.least_loaded_spine(self.fabric, src_leaf, dst_leaf, util)
-        src = self.fabric.host_by_ip(key.src_ip)
-        host_rate = src.bw_mbps if src and src.bw_mbps else 0.0
-        for link in links[spine]:
-            self.recent.append((now, [link], host_rate / (capacities[link] or 1000.0)))
+        self.recent.append((now, links[spine], PENDING_SHARE))
         return spine

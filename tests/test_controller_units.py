@@ -341,7 +341,7 @@ def test_adaptive_picks_least_loaded_spine(tmp_path):
     app.load.update(sp1, 2, 1.0, 30_000_000 // 8)
     app._packet_in(tcp_packet_in(lf1, "10.0.1.1", "10.0.2.1", 40000, 5201, 1))
     assert outputs(flows(lf1, 30)[-1]) == [("OFPActionOutput", 6)]  # spine 2
-    # a burst: flows placed within one window count at host rate until measured
+    # a burst: flows placed within one window alternate while measured loads are equal
     app.load.update(sp1, 2, 2.0, 30_000_000 // 8)  # spine 1 idle again
     app.recent.clear()
     picks = []
