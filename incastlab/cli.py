@@ -7,6 +7,11 @@ import sys
 from incastlab import commands
 
 COMMANDS = {
+    "demo": commands.demo,
+    "run": commands.run,
+    "sweep": commands.sweep,
+    "report": commands.report,
+    "compare": commands.compare,
     "preflight": commands.preflight,
     "clean": commands.clean,
     "cli": commands.mininet_cli,

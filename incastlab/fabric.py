@@ -246,8 +246,13 @@ class Fabric:
 
     def popen(self, host: str, argv: list[str], what: str, **kwargs) -> subprocess.Popen:
         """Start argv inside ``host``'s namespace in its own process group, recorded for
-        clean-up. kwargs go to subprocess (stdout, stderr, env, cwd)."""
-        proc = self.net[host].popen(argv, start_new_session=True, **kwargs)
+        clean-up. kwargs go to subprocess (stdout, stderr, env, cwd).
+
+        Mininet starts it through ``mnexec -da PID``; ``-d`` already calls setsid(), so
+        the child leads its own session and process group. (Asking subprocess for a new
+        session as well makes mnexec fork and exit, and the Popen would track a corpse.)
+        """
+        proc = self.net[host].popen(argv, **kwargs)
         self.state.add_process(proc.pid, what)
         return proc
 

@@ -140,6 +140,11 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
                 captures = start_captures(fab, spec.capture_interfaces(), run_dir / "pcap",
                                           spec.capture.snaplen, spec.run.phase_timeout_s)
             launches = WORKLOADS[spec.workload.kind](spec, fmap, str(run_dir / "workers"))
+            placed = spec.placement()
+            manifest.update(placement={"servers": list(placed.servers),
+                                       "workers": list(placed.workers)},
+                            processes=[{"rank": la.rank, "host": la.host, "role": la.role}
+                                       for la in launches])
             progress.phase(f"workload {spec.workload.kind} starting "
                            f"({len(launches)} processes)")
             with CpuMonitor() as cpu:

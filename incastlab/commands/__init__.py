@@ -1,4 +1,4 @@
 """One module per ``incastlab`` sub-command: HELP, add_arguments(parser), run(args)."""
-from incastlab.commands import clean, mininet_cli, preflight
+from incastlab.commands import clean, compare, demo, mininet_cli, preflight, report, run, sweep
 
-__all__ = ["clean", "mininet_cli", "preflight"]
+__all__ = ["clean", "compare", "demo", "mininet_cli", "preflight", "report", "run", "sweep"]

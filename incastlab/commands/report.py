@@ -1,0 +1,28 @@
+"""Rebuild a run's report (metrics.json, summary.md, report.html, plots/) from its run
+directory alone; no root, no Mininet: works on any machine with the run's files."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HELP = "rebuild a run's report from its run directory"
+
+
+def add_arguments(p):
+    p.add_argument("run_dir", help="a run directory (holds manifest.json)")
+
+
+def run(args) -> int:
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "manifest.json").exists():
+        print(f"incastlab report: {run_dir} is not a run directory (no manifest.json)",
+              file=sys.stderr)
+        return 2
+    from incastlab.analysis.report import build_report
+
+    paths = build_report(run_dir)
+    summary = run_dir / "summary.md"
+    if summary.exists() and not args.quiet:
+        print(summary.read_text())
+    print(f"report: {paths.get('report.html', run_dir / 'report.html')}")
+    return 0
