@@ -1,0 +1,263 @@
+"""How close do the ring all-reduce, gloo's all_reduce and a sync PS step come to the bound?
+
+    python benchmarks/allreduce_efficiency.py --loopback [--bandwidth-mbps 50]
+        [--size-bytes 4194304] [--world-sizes 4,8] [--reps 5]
+
+For a gradient of M bytes (default 4 MiB) and N ranks on links of B bit/s:
+
+- ring all-reduce (`incastlab.apps.ring.ring_allreduce`, send/recv): every rank sends
+  2 (N-1)/N x M bytes over its own uplink, so the bound is 2 (N-1)/N x M / B;
+- gloo `dist.all_reduce` on the same tensor, against the same bound;
+- one synchronous parameter-server step (1 server + N workers, the apps.ps message
+  pattern without compute): the server's link must carry N x M in (push) and N x M out
+  (pull). We report the push phase against N x M / B and the whole step against
+  2 N x M / B (the barrier serialises push and pull).
+
+ratio = measured / bound (1.0 = ideal, larger = slower), median over --reps timed
+repetitions after one warm-up. Each repetition starts after a gloo barrier; a
+repetition's time is the slowest rank's.
+
+The measurement core, `measure()`, takes the host addresses, the bandwidth and a
+launcher that runs a command on host i; `--loopback` runs every rank on 127.0.0.1 (so
+the bound only uses the --bandwidth-mbps you give; loopback itself is far faster and
+the CPU is what it measures). Fabric mode (ranks inside Mininet hosts at e.g. 50 Mbit/s)
+is a TODO hook for the orchestrator: see `run_fabric()`.
+
+Prints one line per measurement, then one JSON line with everything.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol
+
+MIB = 1 << 20
+CHILD = Path(__file__).resolve()
+
+
+# ----------------------------------------------------------------------------- children
+
+
+def child_main(argv: list[str]) -> int:
+    """One rank of one measurement (runs inside a host; knows nothing of Mininet)."""
+    import torch
+    import torch.distributed as dist
+
+    from incastlab.apps import common
+    from incastlab.apps.ring import gloo_allreduce, ring_allreduce
+
+    p = argparse.ArgumentParser(prog="allreduce_efficiency --child")
+    p.add_argument("--child", choices=("ring", "gloo", "ps"), required=True)
+    common.add_dist_args(p)
+    p.add_argument("--size-bytes", type=common.positive_int, required=True)
+    p.add_argument("--reps", type=common.positive_int, required=True)
+    args = p.parse_args(argv)
+    log = common.JsonLog(args.out, args.rank)
+
+    def body() -> None:
+        common.init_gloo(args)
+        rank, world, timeout = args.rank, args.world_size, args.timeout
+        numel = args.size_bytes // 4
+        times: list[list[float]] = []
+        for rep in range(args.reps + 1):  # rep 0 is the warm-up
+            data = torch.full((numel,), float(rank + 1))
+            common.wait(dist.barrier(async_op=True), timeout, "barrier")
+            t0 = time.perf_counter()
+            extra = 0.0
+            if args.child == "ring":
+                ring_allreduce(data, rank, world, timeout)
+            elif args.child == "gloo":
+                gloo_allreduce(data, timeout)
+            elif rank == 0:  # PS server: receive all N gradients, then answer all N
+                bufs = [torch.empty(numel) for _ in range(1, world)]
+                works = [dist.irecv(b, src=w) for w, b in enumerate(bufs, start=1)]
+                for w, work in enumerate(works, start=1):
+                    common.wait(work, timeout, f"receive gradient from rank {w}")
+                extra = time.perf_counter() - t0  # the push (incast) phase
+                total = torch.stack(bufs).sum(0)
+                sends = [dist.isend(total, dst=w) for w in range(1, world)]
+                for w, work in enumerate(sends, start=1):
+                    common.wait(work, timeout, f"send parameters to rank {w}")
+            else:  # PS worker: push the gradient, pull the parameters
+                params = torch.empty(numel)
+                pull = dist.irecv(params, src=0)
+                common.wait(dist.isend(data, dst=0), timeout, "push to server")
+                common.wait(pull, timeout, "pull from server")
+            elapsed = time.perf_counter() - t0
+            t = torch.tensor([elapsed, extra], dtype=torch.float64)
+            common.wait(dist.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True), timeout,
+                        "gather timings")
+            if rep > 0:
+                times.append(t.tolist())
+            log.write("rep", rep=rep, t=time.time(), elapsed_s=elapsed, extra_s=extra,
+                      max_s=t[0].item(), max_extra_s=t[1].item())
+        log.write("final", t=time.time(), times=times)
+        dist.destroy_process_group()
+
+    return common.run_main("allreduce_efficiency", log, args.rank, body)
+
+
+# ----------------------------------------------------------------------------- core
+
+
+class Handle(Protocol):
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+# launch(rank, host_index, argv) -> a process-like handle with wait(timeout)
+Launcher = Callable[[int, int, list[str]], Handle]
+
+
+@dataclass
+class Result:
+    algo: str
+    n: int
+    size_bytes: int
+    median_s: float
+    bound_s: float
+    phase: str = "all"
+
+    @property
+    def ratio(self) -> float:
+        return self.median_s / self.bound_s
+
+    def as_dict(self) -> dict:
+        return {"algo": self.algo, "phase": self.phase, "n": self.n,
+                "size_bytes": self.size_bytes, "median_s": self.median_s,
+                "bound_s": self.bound_s, "ratio": self.ratio,
+                "efficiency": self.bound_s / self.median_s}
+
+
+def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path,
+            ifaces: list[str | None] | None = None, size_bytes: int = 4 * MIB,
+            world_sizes: tuple[int, ...] = (4, 8), reps: int = 5, port: int = 29600,
+            timeout: float = 120.0) -> list[Result]:
+    """Run every measurement; rank r runs on hosts[r] (reached at that address).
+
+    `hosts` needs max(world_sizes) + 1 entries (the PS job has one extra rank: the
+    server on hosts[0]); entries may repeat (loopback). `ifaces[r]` is given to rank r
+    as --iface (GLOO_SOCKET_IFNAME). Bounds use `bandwidth_mbps` (Mbit/s, 1e6 bit/s).
+    """
+    need = max(world_sizes) + 1
+    if len(hosts) < need:
+        raise ValueError(f"need {need} host addresses, got {len(hosts)}")
+    ifaces = ifaces or [None] * len(hosts)
+    rate = bandwidth_mbps * 1e6 / 8  # bytes/s
+    m = (size_bytes // 4) * 4
+    results = []
+    for n in world_sizes:
+        for algo in ("ring", "gloo", "ps"):
+            world = n + 1 if algo == "ps" else n
+            job_out = out / f"{algo}-{n}"
+            job_out.mkdir(parents=True, exist_ok=True)
+            handles = []
+            for rank in range(world):
+                argv = [sys.executable, str(CHILD), "--child", algo, "--rank", str(rank),
+                        "--world-size", str(world), "--master", f"{hosts[0]}:{port}",
+                        "--out", str(job_out), "--size-bytes", str(m), "--reps", str(reps),
+                        "--timeout", str(timeout)]
+                if ifaces[rank]:
+                    argv += ["--iface", ifaces[rank]]
+                handles.append(launch(rank, rank, argv))
+            codes = [h.wait(timeout * (reps + 2)) for h in handles]
+            port += 1  # a fresh rendezvous port per job (no TIME_WAIT surprises)
+            if any(codes):
+                raise RuntimeError(f"{algo} N={n}: ranks exited with {codes}; see {job_out}")
+            times = _final_times(job_out / "0.jsonl")
+            step = statistics.median(t[0] for t in times)
+            if algo == "ps":
+                push = statistics.median(t[1] for t in times)
+                results.append(Result("ps", n, m, push, n * m / rate, phase="push"))
+                results.append(Result("ps", n, m, step, 2 * n * m / rate, phase="step"))
+            else:
+                results.append(Result(algo, n, m, step, 2 * (n - 1) / n * m / rate))
+    return results
+
+
+def _final_times(path: Path) -> list[list[float]]:
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("event") == "final":
+            return record["times"]
+    raise RuntimeError(f"{path}: no final record")
+
+
+# ----------------------------------------------------------------------------- modes
+
+
+def run_loopback(args: argparse.Namespace) -> list[Result]:
+    from incastlab.apps.local import LocalJob, free_port
+
+    hosts = ["127.0.0.1"] * (max(args.world_sizes) + 1)
+    with LocalJob(args.out) as job:
+        counter = iter(range(10**6))
+
+        def launch(rank: int, _host: int, argv: list[str]) -> subprocess.Popen:
+            return job.start(f"proc{next(counter)}-rank{rank}", argv)
+
+        return measure(hosts, args.bandwidth_mbps, launch, Path(args.out),
+                       ifaces=["lo"] * len(hosts), size_bytes=args.size_bytes,
+                       world_sizes=tuple(args.world_sizes), reps=args.reps,
+                       port=free_port(), timeout=args.timeout)
+
+
+def run_fabric(args: argparse.Namespace) -> list[Result]:
+    """TODO(integrator): run the ranks inside the emulated hosts of a Mininet fabric.
+
+    Contract: bring a fabric up (e.g. leaf-spine at 50 Mbit/s) with the orchestrator,
+    then call `measure(hosts, bandwidth_mbps, launch, out, ifaces=...)` with
+    hosts = the emulated hosts' IPs (>= max(world_sizes)+1, server on hosts[0]),
+    ifaces = their interface names (e.g. 'h1-eth0') and
+    launch = lambda rank, i, argv: net_hosts[i].popen(argv) (a Popen-like handle),
+    and tear the fabric down in a finally. Congestion control and queue sizes are the
+    runner's business; record them next to the JSON this prints.
+    """
+    raise SystemExit("allreduce_efficiency: fabric mode is not wired yet (TODO in "
+                     "run_fabric); use --loopback")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--child" in argv:
+        return child_main(argv)
+    p = argparse.ArgumentParser(prog="allreduce_efficiency", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--loopback", action="store_true",
+                   help="run all ranks on 127.0.0.1 (no Mininet)")
+    p.add_argument("--bandwidth-mbps", type=float, default=50.0,
+                   help="link rate B for the bounds, Mbit/s (default: 50)")
+    p.add_argument("--size-bytes", type=int, default=4 * MIB,
+                   help="gradient size M in bytes (default: 4194304 = 4 MiB)")
+    p.add_argument("--world-sizes", type=lambda s: [int(x) for x in s.split(",")],
+                   default=[4, 8], help="comma-separated N values (default: 4,8)")
+    p.add_argument("--reps", type=int, default=5,
+                   help="timed repetitions per measurement, after one warm-up (default: 5)")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="per-step deadline, seconds (default: 120)")
+    p.add_argument("--out", default="runs/allreduce_efficiency",
+                   help="directory for per-rank logs (default: runs/allreduce_efficiency)")
+    args = p.parse_args(argv)
+    if args.bandwidth_mbps <= 0 or args.size_bytes < 4 or args.reps < 1 or \
+            min(args.world_sizes) < 2:
+        p.error("--bandwidth-mbps must be > 0, --size-bytes >= 4, --reps >= 1 and every "
+                "--world-sizes entry >= 2")
+    results = run_loopback(args) if args.loopback else run_fabric(args)
+    for r in results:
+        print(f"{r.algo:5s} {r.phase:5s} N={r.n:<2d} M={r.size_bytes} B: measured "
+              f"{r.median_s * 1e3:9.2f} ms, bound {r.bound_s * 1e3:9.2f} ms, "
+              f"ratio {r.ratio:8.4f}, efficiency {r.bound_s / r.median_s:8.2f}")
+    print(json.dumps({"benchmark": "allreduce_efficiency",
+                      "mode": "loopback" if args.loopback else "fabric",
+                      "bandwidth_mbps": args.bandwidth_mbps, "size_bytes": args.size_bytes,
+                      "reps": args.reps, "results": [r.as_dict() for r in results]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
