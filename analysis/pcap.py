@@ -445,15 +445,21 @@ def read_pcap(path, iface: str | None = None, cache: bool = True) -> pd.DataFram
                 return df
         except Exception:  # a damaged cache is just a cache miss
             pass
-    size = path.stat().st_size
+    if path.stat().st_size == 0:
+        raise PcapError(f"{path}: empty file")
+    error = None
     with open(path, "rb") as fh:
-        if size == 0:
-            raise PcapError(f"{path}: empty file")
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            try:
-                df = parse_pcap_bytes(mm, iface=iface)
-            except PcapError as exc:
-                raise PcapError(f"{path}: {exc}") from None
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            df = parse_pcap_bytes(mm, iface=iface)
+        except PcapError as exc:
+            error = f"{path}: {exc}"
+        try:
+            mm.close()
+        except BufferError:  # a view is still referenced; the mapping goes with it
+            pass
+    if error:
+        raise PcapError(error)
     df.attrs["cached"] = False
     if cache:
         _write_cache(df, cpath, stamp, iface)

@@ -132,10 +132,10 @@ def write_pcap(path, timed_packets, t0=0.0, nano=False, endianness="<", snaplen=
 
 def make_run_dir(run_dir, *, status="complete", reason="", pcaps=None, queues=None,
                  counters=None, workers=None, fabric=None, spec_text=None,
-                 port_stats=None, flow_paths=None) -> Path:
+                 port_stats=None, flow_paths=None, t0=0.0) -> Path:
     """Write a run directory from plain Python data (all parts optional).
 
-    pcaps: {iface: TcpScript side list [(t, pkt)]} written with t0 0; queues: list of
+    pcaps: {iface: TcpScript side list [(t, pkt)]} written with times t0 + t; queues: list of
     dict rows for queues.csv; counters: {host: (before_dict, after_dict)} written as
     nstat JSON; workers: {rank: [event dicts]}; fabric: dict; spec_text: TOML text.
     """
@@ -143,7 +143,7 @@ def make_run_dir(run_dir, *, status="complete", reason="", pcaps=None, queues=No
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     manifest = {"format_version": 1, "status": status, "reason": reason,
-                "start": 1_700_000_000.0, "end": 1_700_000_060.0,
+                "start": t0 or 1_700_000_000.0, "end": (t0 or 1_700_000_000.0) + 1.0,
                 "kernel": "6.1.0-test", "datapath": "user", "netem": False,
                 "congestion_control": "cubic", "capture_drops": {}, "cpu": {}}
     (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
@@ -152,7 +152,7 @@ def make_run_dir(run_dir, *, status="complete", reason="", pcaps=None, queues=No
     if pcaps:
         (run_dir / "pcap").mkdir(exist_ok=True)
         for iface, side in pcaps.items():
-            write_pcap(run_dir / "pcap" / f"{iface}.pcap", side)
+            write_pcap(run_dir / "pcap" / f"{iface}.pcap", side, t0)
     if queues is not None:
         pd.DataFrame(queues).to_csv(run_dir / "queues.csv", index=False)
     if port_stats is not None:
@@ -228,3 +228,100 @@ def scenario_tcp(t0=1_700_000_000.0, **kw) -> tuple[TcpScript, dict]:
              "losses": 3, "lost_seqs": [3 * MSS, 10 * MSS, 11 * MSS], "spurious": 1,
              "bytes": 14 * MSS, "sender_data_packets": 19}
     return s, truth
+
+
+def demo_fabric(spines=2, leaves=2, hosts_per_leaf=2, rate_mbps=10.0, queue_packets=20):
+    """A fabric.json dict in the shape `topologies.leafspine.fabric_map` writes."""
+    sw = [{"name": f"sp{j}", "role": "spine", "index": j} for j in range(1, spines + 1)]
+    sw += [{"name": f"lf{i}", "role": "leaf", "index": i} for i in range(1, leaves + 1)]
+    hosts, links = [], []
+    for i in range(1, leaves + 1):
+        for k in range(1, hosts_per_leaf + 1):
+            n = (i - 1) * hosts_per_leaf + k
+            hosts.append({"name": f"h{n}", "leaf": i, "index": k, "ip": f"10.0.{i}.{k}",
+                          "leaf_port": k, "intf": f"h{n}-eth0"})
+            links.append({"node1": f"h{n}", "port1": 0, "node2": f"lf{i}", "port2": k,
+                          "intf1": f"h{n}-eth0", "intf2": f"lf{i}-eth{k}",
+                          "bw_mbps": rate_mbps, "queue_packets": queue_packets})
+        for j in range(1, spines + 1):
+            links.append({"node1": f"lf{i}", "port1": hosts_per_leaf + j, "node2": f"sp{j}",
+                          "port2": i, "intf1": f"lf{i}-eth{hosts_per_leaf + j}",
+                          "intf2": f"sp{j}-eth{i}", "bw_mbps": rate_mbps,
+                          "queue_packets": queue_packets})
+    return {"kind": "LeafSpineTopo", "spines": spines, "leaves": leaves,
+            "hosts_per_leaf": hosts_per_leaf, "host_bw_mbps": rate_mbps,
+            "fabric_bw_mbps": rate_mbps, "queue_packets": queue_packets,
+            "switches": sw, "hosts": hosts, "links": links}
+
+
+def make_demo_run(run_dir, status="complete", reason="", t0=1_700_000_000.0) -> dict:
+    """A small parameter-server run (h1, h2 -> h3 across a 2x2 leaf-spine) with known
+    truth; returns the truth dict (see the tests)."""
+    a, truth = scenario_tcp(t0=t0, src="10.0.1.1", dst="10.0.2.1", sport=40000, dport=29500)
+    b = TcpScript(src="10.0.1.2", dst="10.0.2.1", sport=40001, dport=29500, t0=t0)
+    b.handshake(0.001)
+    for k in range(20):
+        b.data(0.010 + k * 0.0015, k * MSS)
+        b.ack(0.010 + k * 0.0015 + b.delay + 0.0001, (k + 1) * MSS)
+    b.fin(0.045, 20 * MSS)
+    fabric = demo_fabric()
+    ifaces = [f"lf{i}-eth{p}" for i in (1, 2) for p in (1, 2, 3, 4)] + \
+        [f"sp{j}-eth{i}" for j in (1, 2) for i in (1, 2)]
+    loss_times = [0.013, 0.051, 0.300]
+    full = {1, 2, 5, 6, 30, 31}      # samples (10 ms apart) where lf2-eth1 is full
+    rows, drops, sent = [], dict.fromkeys(ifaces, 0), dict.fromkeys(ifaces, 0)
+    for k in range(91):
+        t = k * 0.01
+        for iface in ifaces:
+            backlog = 0
+            if iface == "lf2-eth1":
+                backlog = 20 if k in full else 2
+                drops[iface] += 2 * sum(1 for lt in loss_times if t - 0.01 < lt <= t)
+                sent[iface] += 12_000
+            elif iface in ("lf1-eth3", "sp1-eth2"):
+                sent[iface] += 9_000
+            elif iface in ("lf1-eth4", "sp2-eth2"):
+                sent[iface] += 3_000
+            rows.append({"t": t0 + t, "switch": iface.split("-")[0],
+                         "port": int(iface.split("eth")[1]), "iface": iface,
+                         "backlog_bytes": backlog * 1500, "backlog_pkts": backlog,
+                         "drops": drops[iface], "overlimits": 0, "sent_bytes": sent[iface],
+                         "sent_pkts": sent[iface] // 1000, "requeues": 0})
+    flow_paths = [{"t": t0, "src_ip": "10.0.1.1", "dst_ip": "10.0.2.1", "proto": 6,
+                   "src_port": 40000, "dst_port": 29500, "spine": "sp1", "policy": "ecmp"},
+                  {"t": t0, "src_ip": "10.0.1.2", "dst_ip": "10.0.2.1", "proto": 6,
+                   "src_port": 40001, "dst_port": 29500, "spine": "sp2", "policy": "ecmp"}]
+    zero = {"TcpRetransSegs": 0, "TcpExtTCPTimeouts": 0, "TcpExtTCPLossProbes": 0}
+    counters = {"h1": ({"TcpRetransSegs": 10, "TcpExtTCPTimeouts": 1, "TcpExtTCPLossProbes": 0},
+                       {"TcpRetransSegs": 15, "TcpExtTCPTimeouts": 3, "TcpExtTCPLossProbes": 1}),
+                "h2": (zero, zero), "h3": (zero, zero)}
+    bounds = [0.0, 0.03, 0.27, 0.33, 0.66, 0.75, 0.85]
+    workers = {0: [{"event": "start", "role": "server", "rank": 0, "world_size": 3,
+                    "mode": "sync", "gradient_bytes": 40_000, "iface": "h3-eth0",
+                    "host": "box", "t": t0}]}
+    for rank, host in ((1, "h1"), (2, "h2")):
+        ev = [{"event": "start", "role": "worker", "rank": rank, "world_size": 3,
+               "mode": "sync", "param_count": 10_000, "gradient_bytes": 40_000,
+               "host": "box", "iface": f"{host}-eth0", "t": t0}]
+        for i in range(len(bounds) - 1):
+            s, e = bounds[i], bounds[i + 1] - (0.0 if rank == 1 else 0.005)
+            ev.append({"event": "iteration", "iteration": i, "t_start": t0 + s,
+                       "t_end": t0 + e, "compute_s": 0.01, "comm_s": e - s - 0.01,
+                       "wait_s": 0.0, "push_s": (e - s) / 2, "pull_s": (e - s) / 2 - 0.01,
+                       "bytes_sent": 40_000, "bytes_recv": 40_000, "model_version": i,
+                       "staleness": 0, "loss": 2.0 / (i + 1)})
+        ev.append({"event": "final", "t": t0 + 0.9, "accuracy": 0.8, "loss": 0.3,
+                   "iterations": len(bounds) - 1})
+        workers[rank] = ev
+    for i in range(len(bounds) - 1):
+        workers[0].append({"event": "update", "version": i + 1, "t": t0 + bounds[i + 1],
+                           "from_ranks": [1, 2], "staleness": [0, 0], "discarded": []})
+    sender_h3 = a.receiver + b.receiver
+    make_run_dir(run_dir, status=status, reason=reason,
+                 pcaps={"h1-eth0": a.sender, "h2-eth0": b.sender, "h3-eth0": sender_h3},
+                 queues=rows, counters=counters, workers=workers, fabric=fabric,
+                 flow_paths=flow_paths, t0=t0)
+    truth.update({"tc_drops": 6, "kernel_retrans": 5, "kernel_timeouts": 2, "flows": 2,
+                  "episodes": 3, "incast_episodes": 1, "iterations_with_rto": 2,
+                  "lost_port": "lf2-eth1"})
+    return truth

@@ -170,12 +170,19 @@ def test_fast_path_survives_lookalike_payload_and_timestamp_boundary(tmp_path):
 
 
 def test_many_records_fast_path_exact(tmp_path):
-    pkts = [(i * 1e-4, IP(id=i % 65536) / TCP(seq=i) / (b"p" * (i % 7 * 100))) for i in range(3000)]
-    p = tmp_path / "big.pcap"
-    write_pcap(p, pkts, T0, snaplen=96)
-    df = parse_pcap_bytes(p.read_bytes())
-    assert len(df) == 3000 and list(df["seq"]) == list(range(3000))
-    assert list(df["payload_len"]) == [i % 7 * 100 for i in range(3000)]
+    # 30,000 records of 7 sizes, snap length 96: templates from Scapy, seq patched in
+    templates = [bytes(Ether() / IP(id=1) / TCP(seq=0) / (b"p" * (k * 100))) for k in range(7)]
+    raw = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 96, 1)]
+    for i in range(30_000):
+        frame = bytearray(templates[i % 7])
+        frame[38:42] = struct.pack(">I", i)
+        cap = bytes(frame[:96])
+        raw.append(struct.pack("<IIII", 1_700_000_000 + i // 10_000, i % 10_000 * 100,
+                               len(cap), len(frame)) + cap)
+    df = parse_pcap_bytes(b"".join(raw))
+    assert len(df) == 30_000 and not df.attrs["partial"]
+    assert (df["seq"].to_numpy() == np.arange(30_000)).all()
+    assert (df["payload_len"].to_numpy() == np.arange(30_000) % 7 * 100).all()
 
 
 def test_parquet_cache_and_invalidation(tmp_path):

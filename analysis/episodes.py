@@ -1,0 +1,90 @@
+"""Incast episodes: intervals in which a switch queue filled up, who filled it, and what
+it cost (drops, RTOs).
+
+A queue sample is *hot* when its backlog reached `full_frac` of the queue limit (the
+link's `queue_packets` from fabric.json, else the largest backlog the port ever showed)
+or its drop counter rose since the previous sample. Hot samples less than two sample
+intervals apart form one episode. An episode runs from its first to its last hot sample
+(so durations are quantised to the sampling interval, which is added once). Senders are
+the distinct source hosts of flows whose path crosses the port and that sent data in the
+episode; RTOs are RTO firings of those flows whose silence began inside the episode.
+An episode with two or more senders is flagged `incast`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .pcap import ip_to_str
+from .queues import path_ports, port_roles, queue_deltas
+from .rundir import host_by_ip
+
+COLUMNS = ["iface", "start", "end", "duration_s", "max_backlog_pkts", "limit_pkts", "drops",
+           "n_senders", "senders", "n_flows", "rtos", "incast"]
+
+
+def incast_episodes(queues: pd.DataFrame, fabric: dict | None = None,
+                    tcp: pd.DataFrame | None = None, retrans: pd.DataFrame | None = None,
+                    flow_paths: pd.DataFrame | None = None, full_frac: float = 0.9
+                    ) -> pd.DataFrame:
+    """Episodes of full queues, one row each (see module docstring). Times in seconds,
+    sizes in packets. n_senders/n_flows/rtos are NaN when no captures can tell."""
+    if queues.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    fabric = fabric or {}
+    roles = port_roles(fabric)
+    dq = queue_deltas(queues)
+    ip_host = host_by_ip(fabric)
+    data = None
+    if tcp is not None and len(tcp):
+        data = tcp[tcp["payload_len"] > 0].sort_values("t", kind="stable")
+    spines = {}
+    if flow_paths is not None and not flow_paths.empty:
+        for r in flow_paths.itertuples(index=False):
+            spines[(str(r.src_ip), str(r.dst_ip), int(r.src_port), int(r.dst_port))] = r.spine
+    rows = []
+    for iface, g in dq.groupby("iface", sort=True):
+        g = g.sort_values("t")
+        limit = roles.get(iface, {}).get("queue_packets") or float(g["backlog_pkts"].max())
+        if not limit or limit <= 0:
+            continue
+        hot = (g["backlog_pkts"] >= full_frac * limit) | (g["d_drops"] > 0)
+        if not hot.any():
+            continue
+        step = float(np.median(np.diff(g["t"]))) if len(g) > 1 else 0.0
+        ht = g.loc[hot, "t"].to_numpy()
+        breaks = np.flatnonzero(np.diff(ht) > 2 * step + 1e-9)
+        starts = np.concatenate([[0], breaks + 1])
+        ends = np.concatenate([breaks, [len(ht) - 1]])
+        for s, e in zip(starts, ends, strict=True):
+            t0, t1 = float(ht[s]), float(ht[e])
+            win = g[(g["t"] >= t0) & (g["t"] <= t1)]
+            row = {"iface": iface, "start": t0, "end": t1, "duration_s": t1 - t0 + step,
+                   "max_backlog_pkts": float(win["backlog_pkts"].max()), "limit_pkts": limit,
+                   "drops": float(win["d_drops"].sum()), "n_senders": np.nan, "senders": "",
+                   "n_flows": np.nan, "rtos": np.nan}
+            if data is not None and ip_host:
+                lo, hi = np.searchsorted(data["t"].to_numpy(), [t0 - step, t1])
+                active = data.iloc[lo:hi].drop_duplicates(["src", "dst", "sport", "dport"])
+                flows, senders = [], set()
+                for f in active.itertuples(index=False):
+                    src, dst = ip_to_str(f.src), ip_to_str(f.dst)
+                    sh, dh = ip_host.get(src), ip_host.get(dst)
+                    spine = spines.get((src, dst, int(f.sport), int(f.dport)))
+                    if sh and dh and iface in path_ports(fabric, sh, dh, spine):
+                        flows.append((f.src, f.dst, f.sport, f.dport))
+                        senders.add(sh)
+                row["n_senders"] = len(senders)
+                row["senders"] = ",".join(sorted(senders))
+                row["n_flows"] = len(flows)
+                if retrans is not None:
+                    rto = retrans[retrans["event"] & (retrans["kind"] == "rto")]
+                    keys = set(flows)
+                    stall = rto["t"] - rto["gap_s"]
+                    mine = [(r.src, r.dst, r.sport, r.dport) in keys for r in rto.itertuples()]
+                    row["rtos"] = int(((stall >= t0 - step) & (stall <= t1 + step)
+                                       & np.array(mine, bool)).sum()) if len(rto) else 0
+            rows.append(row)
+    out = pd.DataFrame(rows, columns=COLUMNS)
+    out["incast"] = out["n_senders"] >= 2
+    return out.sort_values("start", kind="stable").reset_index(drop=True)

@@ -1,0 +1,300 @@
+"""Report figures. Each function takes tables, writes one PNG and returns its path, or
+returns None when there is nothing to draw (the report then says so).
+
+Conventions: time axes are seconds since the run's start; every axis names its unit;
+with many series only the top N are drawn in colour and the rest in grey as 'others',
+with the legend outside the axes; y axes start at zero unless the data are signed.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+import pandas as pd  # noqa: E402
+
+TOP_N = 8
+KIND_COLOURS = {"fast": "tab:blue", "rto": "tab:red", "tlp": "tab:orange", "other": "tab:gray"}
+
+
+def _save(fig, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _legend_outside(ax, **kw):
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                  fontsize="small", frameon=False, **kw)
+
+
+def queue_occupancy(queues_d: pd.DataFrame, ports: list[str], t0: float, path,
+                    limits: dict | None = None) -> Path | None:
+    """Backlog (packets) over time of the given ports, drops marked with red crosses
+    (marker label gives the count)."""
+    if queues_d.empty or not ports:
+        return None
+    limits = limits or {}
+    fig, axes = plt.subplots(len(ports), 1, figsize=(10, 1.9 * len(ports) + 0.8),
+                             sharex=True, squeeze=False)
+    for ax, iface in zip(axes[:, 0], ports, strict=True):
+        g = queues_d[queues_d["iface"] == iface].sort_values("t")
+        x = g["t"] - t0
+        ax.step(x, g["backlog_pkts"], where="post", color="tab:blue", lw=1,
+                label="backlog (packets)")
+        lim = limits.get(iface)
+        if lim:
+            ax.axhline(lim, color="k", ls="--", lw=0.8, label=f"limit {lim:g} packets")
+        d = g[g["d_drops"] > 0]
+        if len(d):
+            top = max(float(g["backlog_pkts"].max()), float(lim or 0), 1.0)
+            ax.scatter(d["t"] - t0, np.full(len(d), top * 1.05), marker="x", color="red",
+                       s=18 + 4 * np.sqrt(d["d_drops"]),
+                       label=f"drops ({int(d['d_drops'].sum())} packets)")
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("packets")
+        ax.set_title(iface, fontsize="small", loc="left")
+        _legend_outside(ax)
+    axes[-1, 0].set_xlabel("time since run start (s)")
+    fig.suptitle("Egress queue occupancy of the hottest ports")
+    return _save(fig, path)
+
+
+def flow_throughput(series: pd.DataFrame, t0: float, path, top_n: int = TOP_N) -> Path | None:
+    """Per-flow throughput (Mbit/s) over time; top N flows by bytes, the rest grey."""
+    if series.empty:
+        return None
+    total = series.groupby("flow")["mbps"].sum().sort_values(ascending=False)
+    top = list(total.index[:top_n])
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for flow, g in series.groupby("flow"):
+        if flow not in top:
+            ax.plot(g["t"] - t0, g["mbps"], color="0.75", lw=0.6)
+    for flow in top:
+        g = series[series["flow"] == flow]
+        ax.plot(g["t"] - t0, g["mbps"], lw=1, label=flow)
+    if len(total) > top_n:
+        ax.plot([], [], color="0.75", label=f"{len(total) - top_n} other flows")
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("time since run start (s)")
+    ax.set_ylabel(f"throughput (Mbit/s, {series.attrs.get('bin_s', 0) * 1000:.0f} ms bins)")
+    ax.set_title("Per-flow throughput at the sender")
+    _legend_outside(ax)
+    return _save(fig, path)
+
+
+def retrans_timeline(retrans: pd.DataFrame, t0: float, t1: float, path) -> Path | None:
+    """Retransmissions over time, stacked by trigger; RTO firings as red lines."""
+    if retrans.empty:
+        return None
+    span = max(t1 - t0, 1e-3)
+    bins = np.linspace(0, span, min(100, max(10, int(span / 0.05))) + 1)
+    fig, ax = plt.subplots(figsize=(10, 3.5))
+    kinds = [k for k in KIND_COLOURS if (retrans["kind"] == k).any()]
+    data = [retrans.loc[retrans["kind"] == k, "t"] - t0 for k in kinds]
+    ax.hist(data, bins=bins, stacked=True, color=[KIND_COLOURS[k] for k in kinds],
+            label=[f"{k} ({len(d)})" for k, d in zip(kinds, data, strict=True)])
+    rto = retrans[retrans["event"] & (retrans["kind"] == "rto")]
+    for i, t in enumerate(rto["t"] - t0):
+        ax.axvline(t, color="red", lw=0.6, alpha=0.6,
+                   label=f"RTO firings ({len(rto)})" if i == 0 else None)
+    ax.set_xlabel("time since run start (s)")
+    ax.set_ylabel(f"retransmitted packets per {bins[1] * 1000:.0f} ms")
+    ax.set_title("Retransmissions by trigger (fast / RTO / tail-loss probe / other)")
+    _legend_outside(ax)
+    return _save(fig, path)
+
+
+def iteration_breakdown(iters: pd.DataFrame, path) -> Path | None:
+    """Mean compute / communication / waiting per iteration (stacked, seconds) and the
+    distribution of iteration times per worker."""
+    if iters.empty:
+        return None
+    g = iters.groupby("iteration")[["compute_s", "comm_s", "wait_s", "duration_s"]].mean()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [2, 1]})
+    bottom = np.zeros(len(g))
+    x = g.index.to_numpy()
+    for col, colour, label in (("compute_s", "tab:green", "compute"),
+                               ("comm_s", "tab:blue", "communication"),
+                               ("wait_s", "tab:orange", "waiting")):
+        v = g[col].fillna(0).to_numpy(dtype=float)
+        if v.any():
+            a1.bar(x, v, bottom=bottom, color=colour, label=label, width=0.9)
+            bottom += v
+    a1.scatter(x, g["duration_s"], marker="_", s=300, color="k", zorder=3,
+               label="iteration time (t_end - t_start)")
+    if "rtos" in iters:
+        hit = iters.groupby("iteration")["rtos"].sum()
+        hx = hit[hit > 0].index
+        if len(hx):
+            a1.scatter(hx, g.loc[hx, "duration_s"] * 1.05, marker="v", color="red",
+                       label="iteration with an RTO", zorder=3)
+    a1.set_xlabel("iteration")
+    a1.set_ylabel("time (s, mean over workers)")
+    a1.set_ylim(bottom=0)
+    a1.set_title("Where the iteration time went")
+    _legend_outside(a1)
+    ranks = sorted(iters["rank"].dropna().unique(), key=str)
+    data = [iters.loc[iters["rank"] == r, "duration_s"].dropna() for r in ranks]
+    a2.boxplot(data, tick_labels=[str(r) for r in ranks], showfliers=True)
+    a2.set_xlabel("worker rank")
+    a2.set_ylabel("iteration time (s)")
+    a2.set_ylim(bottom=0)
+    a2.set_title("Distribution per worker")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def staleness_hist(values: pd.Series, path) -> Path | None:
+    """Histogram of gradient staleness (model versions)."""
+    if values is None or len(values) == 0:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    v = values.astype(int)
+    ax.bar(*np.unique(v, return_counts=True), color="tab:purple", width=0.8)
+    ax.set_xlabel("staleness (model versions behind)")
+    ax.set_ylabel("gradients")
+    ax.set_title(f"Gradient staleness (mean {values.mean():.2f}, max {values.max():.0f})")
+    return _save(fig, path)
+
+
+def loss_curve(curve: pd.DataFrame, t0: float, path) -> Path | None:
+    """Training loss over time, one line per worker."""
+    if curve.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for r, g in curve.groupby("rank"):
+        ax.plot(g["t"] - t0, g["loss"], lw=0.9, label=f"rank {r}")
+    ax.set_xlabel("time since run start (s)")
+    ax.set_ylabel("training loss")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Training loss over time")
+    _legend_outside(ax)
+    return _save(fig, path)
+
+
+def spine_balance(per_link: pd.DataFrame, util: pd.DataFrame, t0: float, path) -> Path | None:
+    """Bytes per leaf-spine link direction (MB) and utilisation over time (% of rate)."""
+    if per_link.empty or per_link["bytes"].notna().sum() == 0:
+        return None
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 4))
+    p = per_link.sort_values(["spine", "leaf", "direction"])
+    labels = [f"{r.leaf}->{r.spine}" if r.direction == "up" else f"{r.spine}->{r.leaf}"
+              for r in p.itertuples()]
+    colours = ["tab:blue" if d == "up" else "tab:green" for d in p["direction"]]
+    a1.bar(range(len(p)), p["bytes"] / 1e6, color=colours)
+    a1.set_xticks(range(len(p)), labels, rotation=60, ha="right", fontsize="small")
+    a1.set_ylabel("bytes sent (MB)")
+    mean = p["bytes"].mean()
+    a1.axhline(mean / 1e6, color="k", ls="--", lw=0.8, label="mean")
+    ratio = p["bytes"].max() / mean if mean else float("nan")
+    a1.set_title(f"Bytes per spine link (max/mean {ratio:.2f}; blue up, green down)")
+    a1.legend(fontsize="small")
+    if util is not None and not util.empty:
+        busiest = (util.groupby("iface")["mbps"].mean().sort_values(ascending=False)
+                   .index[:TOP_N])
+        for iface in busiest:
+            g = util[util["iface"] == iface]
+            y = g["utilisation"] * 100 if g["utilisation"].notna().any() else g["mbps"]
+            a2.plot(g["t"] - t0, y, lw=0.9, label=iface)
+        has_rate = util["utilisation"].notna().any()
+        a2.set_ylabel("utilisation (% of link rate)" if has_rate else "throughput (Mbit/s)")
+        a2.set_xlabel("time since run start (s)")
+        a2.set_ylim(bottom=0)
+        a2.set_title("Spine link load over time (busiest links)")
+        _legend_outside(a2)
+    else:
+        a2.axis("off")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def ring_vs_bound(ring: pd.DataFrame, path) -> Path | None:
+    """All-reduce time per iteration against the 2(N-1)/N*M/B bound."""
+    if ring.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for r, g in ring.groupby("rank"):
+        ax.plot(g["iteration"], g["allreduce_s"], lw=0.8, label=f"rank {r}")
+    b = ring["bound_s"].dropna()
+    if len(b):
+        ax.axhline(b.iloc[0], color="k", ls="--", label=f"bound 2(N-1)/N·M/B = {b.iloc[0]:.3f} s")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("all-reduce time (s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Ring all-reduce time vs the bandwidth-optimal bound")
+    _legend_outside(ax)
+    return _save(fig, path)
+
+
+def incast_goodput(rounds: pd.DataFrame, path) -> Path | None:
+    """Goodput per round (Mbit/s) against the number of senders."""
+    if rounds.empty:
+        return None
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 3.5))
+    a1.plot(rounds["round"], rounds["goodput_mbps"], marker=".", lw=0.6)
+    a1.set_xlabel("round")
+    a1.set_ylabel("goodput (Mbit/s)")
+    a1.set_ylim(bottom=0)
+    a1.set_title("Incast goodput per round")
+    g = rounds.groupby("senders")["goodput_mbps"].agg(["mean", "std", "count"])
+    a2.errorbar(g.index, g["mean"], yerr=g["std"].fillna(0), marker="o", capsize=3)
+    a2.set_xlabel("senders")
+    a2.set_ylabel("goodput (Mbit/s, mean ± sd)")
+    a2.set_ylim(bottom=0)
+    a2.set_title("Goodput vs senders")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def reconciliation_bars(totals: pd.DataFrame, path) -> Path | None:
+    """Each measure's value from each source, side by side."""
+    t = totals.dropna(subset=["value"])
+    t = t[t["measure"].isin(["packets dropped", "retransmitted segments", "RTO firings",
+                             "tail-loss probes"])]
+    if t.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(10, 3.5))
+    measures = list(dict.fromkeys(t["measure"]))
+    width = 0.4
+    for i, m in enumerate(measures):
+        rows = t[t["measure"] == m].reset_index(drop=True)
+        for j, r in rows.iterrows():
+            x = i + (j - (len(rows) - 1) / 2) * width
+            kernel = r["source"].startswith("kernel") or r["source"].startswith("tc")
+            ax.bar(x, r["value"], width=width * 0.95,
+                   color="tab:gray" if kernel else "tab:blue")
+            ax.text(x, r["value"], f"{r['value']:g}", ha="center", va="bottom",
+                    fontsize="x-small")
+    ax.set_xticks(range(len(measures)), measures)
+    ax.legend(handles=[Patch(color="tab:gray", label="counters (tc / kernel)"),
+                       Patch(color="tab:blue", label="captures")],
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+    ax.set_ylabel("packets / events")
+    ax.set_title("Reconciliation: counters vs captures")
+    return _save(fig, path)
+
+
+def compare_bars(table: pd.DataFrame, metric: str, path, unit: str = "") -> Path | None:
+    """Mean with 95 % CI of one metric per group (compare_runs)."""
+    t = table[table["metric"] == metric].dropna(subset=["mean"])
+    if t.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(t) + 2), 3.5))
+    err = t["ci95"].fillna(0).to_numpy()
+    ax.bar(range(len(t)), t["mean"], yerr=err, capsize=4, color="tab:blue")
+    ax.set_xticks(range(len(t)), t["group"], rotation=30, ha="right", fontsize="small")
+    ax.set_ylabel(f"{metric}{f' ({unit})' if unit else ''}")
+    ax.set_ylim(bottom=min(0, float((t["mean"] - err).min())))
+    ax.set_title(f"{metric}: mean and 95 % CI over repetitions (n on bars)")
+    for i, (m, n) in enumerate(zip(t["mean"], t["n"], strict=True)):
+        ax.text(i, m, f"n={n}", ha="center", va="bottom", fontsize="x-small")
+    return _save(fig, path)

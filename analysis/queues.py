@@ -1,0 +1,208 @@
+"""Switch egress queues (queues.csv) and fabric balance (port_stats.csv / queues.csv).
+
+Counters in both files are cumulative as `tc -s qdisc` / OpenFlow report them. An
+increase is the sum of positive steps; a step down means the counter was reset (qdisc
+replaced, switch restarted) and the new value counts as the increase for that step.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .rundir import egress_iface
+
+
+def counter_increase(values) -> float:
+    """Total increase of a cumulative counter sampled over time, allowing resets."""
+    v = np.asarray(values, dtype=float)
+    v = v[~np.isnan(v)]
+    if len(v) < 2:
+        return 0.0
+    d = np.diff(v)
+    return float(np.where(d >= 0, d, v[1:]).sum())
+
+
+def _steps(v: np.ndarray) -> np.ndarray:
+    d = np.diff(v, prepend=v[:1])
+    return np.where(d >= 0, d, v)
+
+
+def queue_deltas(queues: pd.DataFrame) -> pd.DataFrame:
+    """queues.csv with per-sample increases: d_drops, d_sent_bytes, d_sent_pkts, dt (s)."""
+    if queues.empty:
+        return queues.assign(d_drops=[], d_sent_bytes=[], d_sent_pkts=[], dt=[])
+    parts = []
+    for _, g in queues.groupby("iface", sort=True):
+        g = g.sort_values("t", kind="stable").copy()
+        for col in ("drops", "sent_bytes", "sent_pkts"):
+            g["d_" + col] = _steps(g[col].to_numpy(dtype=float)) if col in g else 0.0
+        g["dt"] = g["t"].diff().fillna(0.0)
+        parts.append(g)
+    return pd.concat(parts, ignore_index=True)
+
+
+def port_roles(fabric: dict) -> dict[str, dict]:
+    """{egress iface: {switch, peer, kind, rate_mbps, queue_packets}} from fabric.json.
+
+    kind: 'host-downlink' (leaf -> host), 'uplink' (leaf -> spine), 'spine-downlink'
+    (spine -> leaf), 'host-uplink' (host -> leaf).
+    """
+    spines, leaves = set(fabric.get("spines", [])), set(fabric.get("leaves", []))
+    hosts = set(fabric.get("hosts", {}))
+    qp = {}
+    for lk in (fabric.get("raw", {}) or {}).get("links", []) or []:
+        if isinstance(lk, dict) and lk.get("queue_packets") is not None:
+            qp[frozenset((str(lk.get("node1")), str(lk.get("node2"))))] = lk["queue_packets"]
+    out = {}
+    for lk in fabric.get("links", []):
+        for sw, peer, iface in ((lk["a"], lk["b"], lk["a_iface"]),
+                                (lk["b"], lk["a"], lk["b_iface"])):
+            if not iface:
+                continue
+            if sw in leaves and peer in hosts:
+                kind = "host-downlink"
+            elif sw in leaves and peer in spines:
+                kind = "uplink"
+            elif sw in spines:
+                kind = "spine-downlink"
+            elif sw in hosts:
+                kind = "host-uplink"
+            else:
+                kind = "other"
+            out[iface] = {"switch": sw, "peer": peer, "kind": kind, "rate_mbps": lk["rate_mbps"],
+                          "queue_packets": qp.get(frozenset((sw, peer)))}
+    return out
+
+
+def queue_summary(queues: pd.DataFrame, fabric: dict | None = None) -> pd.DataFrame:
+    """Per egress port: drops, sent bytes/packets (increase over the run), backlog.
+
+    Columns: iface, switch, port, peer, kind, drops (packets), sent_bytes, sent_pkts,
+    max_backlog_pkts, mean_backlog_pkts, limit_pkts (queue limit if known), samples,
+    t_first, t_last. Sorted by drops, then max backlog, descending.
+    """
+    cols = ["iface", "switch", "port", "peer", "kind", "drops", "sent_bytes", "sent_pkts",
+            "max_backlog_pkts", "mean_backlog_pkts", "limit_pkts", "samples", "t_first",
+            "t_last"]
+    if queues.empty:
+        return pd.DataFrame(columns=cols)
+    roles = port_roles(fabric or {})
+    rows = []
+    for iface, g in queues.groupby("iface", sort=True):
+        r = roles.get(iface, {})
+        rows.append({"iface": iface, "switch": g["switch"].iloc[0] if "switch" in g else "",
+                     "port": g["port"].iloc[0] if "port" in g else None,
+                     "peer": r.get("peer"), "kind": r.get("kind"),
+                     "drops": counter_increase(g["drops"]),
+                     "sent_bytes": counter_increase(g["sent_bytes"]),
+                     "sent_pkts": counter_increase(g["sent_pkts"]) if "sent_pkts" in g else np.nan,
+                     "max_backlog_pkts": float(g["backlog_pkts"].max()),
+                     "mean_backlog_pkts": float(g["backlog_pkts"].mean()),
+                     "limit_pkts": r.get("queue_packets"), "samples": len(g),
+                     "t_first": float(g["t"].min()), "t_last": float(g["t"].max())})
+    return (pd.DataFrame(rows, columns=cols)
+            .sort_values(["drops", "max_backlog_pkts"], ascending=False, kind="stable")
+            .reset_index(drop=True))
+
+
+def spine_links(fabric: dict) -> pd.DataFrame:
+    """Leaf<->spine link directions: iface (egress), switch, peer, spine, leaf, direction
+    ('up' leaf->spine or 'down' spine->leaf), rate_mbps."""
+    rows = []
+    spines = set(fabric.get("spines", []))
+    for iface, r in port_roles(fabric).items():
+        if r["kind"] == "uplink":
+            rows.append({"iface": iface, "switch": r["switch"], "peer": r["peer"],
+                         "spine": r["peer"], "leaf": r["switch"], "direction": "up",
+                         "rate_mbps": r["rate_mbps"]})
+        elif r["kind"] == "spine-downlink" and r["switch"] in spines:
+            rows.append({"iface": iface, "switch": r["switch"], "peer": r["peer"],
+                         "spine": r["switch"], "leaf": r["peer"], "direction": "down",
+                         "rate_mbps": r["rate_mbps"]})
+    return pd.DataFrame(rows, columns=["iface", "switch", "peer", "spine", "leaf", "direction",
+                                       "rate_mbps"])
+
+
+def _port_stats_as_queues(port_stats: pd.DataFrame) -> pd.DataFrame:
+    """port_stats.csv rows mapped to the queues.csv shape (iface, t, sent_bytes)."""
+    ps = port_stats.copy()
+    ps["iface"] = ps["switch"].astype(str) + "-eth" + ps["port"].astype(str)
+    ps["sent_bytes"] = ps["tx_bytes"]
+    return ps[["t", "iface", "sent_bytes"]]
+
+
+def fabric_balance(fabric: dict, queues: pd.DataFrame,
+                   port_stats: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict]:
+    """Bytes carried per spine link direction and how evenly (max/mean) they are spread.
+
+    Uses queues.csv sent_bytes; where a link is missing there, port_stats.csv tx_bytes.
+    Returns (per_link, summary) with per_link columns iface, spine, leaf, direction,
+    bytes, mean_mbps, rate_mbps, utilisation (mean_mbps / rate) and summary {'max_mean_up',
+    'max_mean_down', 'max_mean_all', 'per_spine_bytes', 'source'}.
+    """
+    links = spine_links(fabric)
+    if links.empty:
+        return links.assign(bytes=[], mean_mbps=[], utilisation=[]), {
+            "note": "no leaf-spine links in fabric.json (single switch or no fabric.json)"}
+    src = queues[["t", "iface", "sent_bytes"]] if not queues.empty else pd.DataFrame(
+        columns=["t", "iface", "sent_bytes"])
+    if port_stats is not None and not port_stats.empty:
+        extra = _port_stats_as_queues(port_stats)
+        extra = extra[~extra["iface"].isin(set(src["iface"]))]
+        src = pd.concat([src, extra], ignore_index=True)
+    rows = []
+    for link in links.itertuples(index=False):
+        g = src[src["iface"] == link.iface].sort_values("t")
+        b = counter_increase(g["sent_bytes"]) if len(g) else np.nan
+        span = float(g["t"].max() - g["t"].min()) if len(g) > 1 else np.nan
+        mbps = b * 8 / span / 1e6 if span and span > 0 else np.nan
+        rows.append({**link._asdict(), "bytes": b, "mean_mbps": mbps,
+                     "utilisation": mbps / link.rate_mbps if link.rate_mbps else np.nan})
+    per = pd.DataFrame(rows)
+
+    def ratio(sel):
+        v = per.loc[sel, "bytes"].dropna()
+        return float(v.max() / v.mean()) if len(v) and v.mean() > 0 else None
+
+    summary = {"max_mean_up": ratio(per["direction"] == "up"),
+               "max_mean_down": ratio(per["direction"] == "down"),
+               "max_mean_all": ratio(per["bytes"].notna()),
+               "per_spine_bytes": {k: float(v) for k, v in
+                                   per.groupby("spine")["bytes"].sum().items()},
+               "source": "queues.csv sent_bytes, port_stats.csv tx_bytes where missing"}
+    return per, summary
+
+
+def link_utilisation(queues: pd.DataFrame, ifaces, rates: dict | None = None) -> pd.DataFrame:
+    """Mbit/s (and fraction of capacity when `rates` gives Mbit/s) per iface per sample.
+
+    Columns: t, iface, mbps, utilisation.
+    """
+    d = queue_deltas(queues[queues["iface"].isin(list(ifaces))]) if not queues.empty \
+        else pd.DataFrame(columns=["t", "iface", "d_sent_bytes", "dt"])
+    d = d[d["dt"] > 0]
+    out = pd.DataFrame({"t": d["t"], "iface": d["iface"],
+                        "mbps": d["d_sent_bytes"] * 8 / d["dt"] / 1e6})
+    rates = rates or {}
+    out["utilisation"] = [m / rates[i] if rates.get(i) else np.nan
+                          for m, i in zip(out["mbps"], out["iface"], strict=True)]
+    return out.reset_index(drop=True)
+
+
+def path_ports(fabric: dict, src_host: str, dst_host: str, spine: str | None = None) -> list[str]:
+    """Egress ports a packet from src_host to dst_host can cross, in order.
+
+    Same leaf: [leaf->dst]. Otherwise [src leaf->spine, spine->dst leaf, dst leaf->dst]
+    for the given spine, or for every spine when it is not known.
+    """
+    hosts = fabric.get("hosts", {})
+    if src_host not in hosts or dst_host not in hosts:
+        return []
+    sl, dl = hosts[src_host]["leaf"], hosts[dst_host]["leaf"]
+    last = egress_iface(fabric, dl, dst_host)
+    if sl == dl:
+        return [p for p in [last] if p]
+    out = []
+    for sp in ([spine] if spine else fabric.get("spines", [])):
+        out += [egress_iface(fabric, sl, sp), egress_iface(fabric, sp, dl)]
+    return [p for p in out + [last] if p]

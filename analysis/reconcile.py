@@ -1,0 +1,236 @@
+"""Put queue counters, capture-inferred losses and kernel TCP counters side by side.
+
+No single source is trusted alone. On an OVS-userspace egress port `tc -s qdisc` was
+seen to count about twice the drops TCP actually lost (DESIGN.md), captures miss what
+tcpdump itself dropped, and kernel counters include retransmissions the captures
+explain differently (tail-loss probes resend data that was not lost; spurious
+retransmissions resend data that arrived). The tables here show every source and the
+notes say which known effect explains each difference.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .pcap import ip_to_str
+from .queues import path_ports, queue_deltas
+from .rundir import counter_delta, host_by_ip
+
+# nstat counters worth showing next to the captures (name -> meaning)
+KERNEL_COUNTERS = {
+    "TcpRetransSegs": "segments retransmitted",
+    "TcpExtTCPTimeouts": "RTO firings",
+    "TcpExtTCPLossProbes": "tail-loss probes sent",
+    "TcpExtTCPFastRetrans": "fast retransmits",
+    "TcpExtTCPSpuriousRTOs": "RTOs later found spurious (F-RTO)",
+    "TcpExtTCPDSACKRecv": "D-SACKs received (a retransmission was not needed)",
+    "TcpExtTCPLostRetransmit": "retransmissions lost again",
+    "TcpExtTCPSynRetrans": "SYN retransmissions (not in the data-packet count)",
+}
+
+
+def attribute_losses(lost: pd.DataFrame, fabric: dict, queues: pd.DataFrame,
+                     flow_paths: pd.DataFrame | None = None,
+                     window_s: float = 0.05) -> pd.DataFrame:
+    """Add `port` and `attributed_by` to capture-inferred losses.
+
+    For each lost packet the candidate ports are the egress ports of its path
+    (`queues.path_ports`; the spine from flow_paths.csv when the controller recorded
+    one, else every spine). The port chosen is the candidate whose tc drop counter rose
+    most in the queue samples covering [t, t + window_s] ('queue-drops'); if none rose,
+    the receiver's leaf port ('last-hop'); without fabric.json, '?->dst' ('no-fabric').
+    """
+    out = lost.copy()
+    out["port"] = None
+    out["attributed_by"] = None
+    if out.empty:
+        return out
+    ip_host = host_by_ip(fabric)
+    dq = queue_deltas(queues) if not queues.empty else pd.DataFrame(
+        columns=["t", "iface", "d_drops", "dt"])
+    spines = {}
+    if flow_paths is not None and not flow_paths.empty:
+        for r in flow_paths.itertuples(index=False):
+            spines[(str(r.src_ip), str(r.dst_ip), int(r.src_port), int(r.dst_port))] = r.spine
+    for idx, r in out.iterrows():
+        src, dst = ip_to_str(r["src"]), ip_to_str(r["dst"])
+        sh, dh = ip_host.get(src), ip_host.get(dst)
+        if not sh or not dh:
+            out.at[idx, "port"] = f"?->{dst}"
+            out.at[idx, "attributed_by"] = "no-fabric"
+            continue
+        spine = spines.get((src, dst, int(r["sport"]), int(r["dport"])))
+        cands = path_ports(fabric, sh, dh, spine)
+        best, best_drops = None, 0.0
+        if len(dq):
+            # a drop at time t shows in the first sample taken after t
+            win = dq[(dq["t"] >= r["t"]) & (dq["t"] <= r["t"] + window_s + dq["dt"].max())
+                     & dq["iface"].isin(cands)]
+            if len(win):
+                per = win.groupby("iface")["d_drops"].sum()
+                if per.max() > 0:
+                    best, best_drops = per.idxmax(), float(per.max())
+        if best is not None and best_drops > 0:
+            out.at[idx, "port"], out.at[idx, "attributed_by"] = best, "queue-drops"
+        else:
+            out.at[idx, "port"] = cands[-1] if cands else f"?->{dst}"
+            out.at[idx, "attributed_by"] = "last-hop"
+    return out
+
+
+def port_table(queue_summary: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
+    """Per egress port: tc drops vs capture-inferred losses attributed to it.
+
+    Columns: iface, kind, tc_drops, capture_losses, difference (tc - capture),
+    ratio (tc / capture).
+    """
+    losses = (attributed.groupby("port").size() if len(attributed)
+              else pd.Series(dtype=float))
+    ports = list(queue_summary["iface"]) if len(queue_summary) else []
+    ports += [p for p in losses.index if p not in ports]
+    rows = []
+    qs = queue_summary.set_index("iface") if len(queue_summary) else None
+    for p in ports:
+        tc = float(qs.loc[p, "drops"]) if qs is not None and p in qs.index else np.nan
+        cl = float(losses.get(p, 0))
+        if (tc == 0 or np.isnan(tc)) and cl == 0:
+            continue
+        rows.append({"iface": p, "kind": qs.loc[p, "kind"] if qs is not None and p in qs.index
+                     else None, "tc_drops": tc, "capture_losses": cl,
+                     "difference": tc - cl if not np.isnan(tc) else np.nan,
+                     "ratio": tc / cl if cl > 0 and not np.isnan(tc) else np.nan})
+    return pd.DataFrame(rows, columns=["iface", "kind", "tc_drops", "capture_losses",
+                                       "difference", "ratio"])
+
+
+def host_table(retrans: pd.DataFrame, counters: pd.DataFrame, fabric: dict) -> pd.DataFrame:
+    """Per host: kernel TcpRetransSegs / timeouts / loss probes vs the captures' counts of
+    retransmissions, RTO firings and TLPs of flows that host sent."""
+    ip_host = host_by_ip(fabric)
+    cap = {}
+    if len(retrans):
+        r = retrans.assign(host=[ip_host.get(ip_to_str(s), ip_to_str(s)) for s in retrans["src"]])
+        for host, g in r.groupby("host"):
+            cap[host] = {"capture_retrans": len(g),
+                         "capture_rto": int((g["event"] & (g["kind"] == "rto")).sum()),
+                         "capture_tlp": int((g["kind"] == "tlp").sum())}
+    hosts = sorted(set(cap) | (set(counters["host"]) if len(counters) else set()),
+                   key=_natural)
+    rows = []
+    for h in hosts:
+        k = counters[counters["host"] == h] if len(counters) else counters
+
+        def kv(name, k=k):
+            s = k[k["counter"] == name]["delta"].dropna() if len(k) else []
+            return float(s.sum()) if len(s) else np.nan
+
+        rows.append({"host": h, "kernel_retrans_segs": kv("TcpRetransSegs"),
+                     **cap.get(h, {"capture_retrans": 0, "capture_rto": 0, "capture_tlp": 0}),
+                     "kernel_timeouts": kv("TcpExtTCPTimeouts"),
+                     "kernel_loss_probes": kv("TcpExtTCPLossProbes")})
+    return pd.DataFrame(rows, columns=["host", "kernel_retrans_segs", "capture_retrans",
+                                       "capture_rto", "capture_tlp", "kernel_timeouts",
+                                       "kernel_loss_probes"])
+
+
+def _natural(name: str):
+    digits = "".join(c for c in name if c.isdigit())
+    return (name.rstrip("0123456789"), int(digits) if digits else 0, name)
+
+
+def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
+              retrans: pd.DataFrame, spurious: pd.Series | None, counters: pd.DataFrame,
+              manifest: dict, captured_flows: int = 0, fabric: dict | None = None) -> dict:
+    """The run's reconciliation: totals from every source, per-port and per-host tables,
+    and notes explaining the differences.
+
+    Returns {'totals': DataFrame(measure, source, value, meaning), 'ports': DataFrame,
+    'hosts': DataFrame, 'notes': [str], 'numbers': {flat dict for metrics.json}}.
+    """
+    fabric = fabric or {}
+    tc_drops = float(queue_summary["drops"].sum()) if len(queue_summary) else None
+    cap_losses = int(len(attributed)) if captured_flows else None
+    cap_retrans = int(len(retrans)) if captured_flows else None
+    n_rto = int((retrans["event"] & (retrans["kind"] == "rto")).sum()) if len(retrans) else 0
+    n_tlp = int((retrans["kind"] == "tlp").sum()) if len(retrans) else 0
+    n_fast = int((retrans["event"] & (retrans["kind"] == "fast")).sum()) if len(retrans) else 0
+    n_spur = int(pd.Series(spurious).fillna(False).astype(bool).sum()) \
+        if spurious is not None and len(spurious) else 0
+    k = {name: counter_delta(counters, name) for name in KERNEL_COUNTERS}
+    cap_drops = manifest.get("capture_drops") or {}
+    cap_drop_total = sum(v for v in cap_drops.values() if isinstance(v, (int, float))) \
+        if isinstance(cap_drops, dict) else None
+    rows = [
+        ("packets dropped", "tc queue counters (sum of ports)", tc_drops,
+         "qdisc drop counters, last minus first sample"),
+        ("packets dropped", "captures (sender side, never at receiver)", cap_losses,
+         "matched by flow, sequence and IP id between capture points"),
+        ("retransmitted segments", "kernel TcpRetransSegs (sum of hosts)", k["TcpRetransSegs"],
+         KERNEL_COUNTERS["TcpRetransSegs"]),
+        ("retransmitted segments", "captures", cap_retrans, "data packets sent again"),
+        ("RTO firings", "kernel TcpExtTCPTimeouts", k["TcpExtTCPTimeouts"], "RTO timer fired"),
+        ("RTO firings", "captures", n_rto if captured_flows else None,
+         "retransmission after >= RTO floor of silence"),
+        ("fast retransmits", "kernel TcpExtTCPFastRetrans", k["TcpExtTCPFastRetrans"], ""),
+        ("fast retransmits", "captures", n_fast if captured_flows else None,
+         "after >= 3 duplicate ACKs"),
+        ("tail-loss probes", "kernel TcpExtTCPLossProbes", k["TcpExtTCPLossProbes"], ""),
+        ("tail-loss probes", "captures", n_tlp if captured_flows else None,
+         "tail segment resent < RTO floor"),
+        ("spurious retransmissions", "captures (data had already arrived)",
+         n_spur if captured_flows else None, "needs a receiver-side capture"),
+        ("spurious retransmissions", "kernel TcpExtTCPDSACKRecv", k["TcpExtTCPDSACKRecv"],
+         KERNEL_COUNTERS["TcpExtTCPDSACKRecv"]),
+        ("capture drops", "tcpdump (manifest)", cap_drop_total,
+         "packets tcpdump itself did not record"),
+    ]
+    totals = pd.DataFrame(rows, columns=["measure", "source", "value", "meaning"])
+    notes = []
+    if captured_flows == 0:
+        notes.append("No TCP payload in any capture: capture-based columns are empty; the "
+                     "queue and kernel counters are shown unreconciled.")
+    if tc_drops is not None and cap_losses:
+        ratio = tc_drops / cap_losses
+        msg = (f"tc counted {tc_drops:.0f} drops, the captures show {cap_losses} packets "
+               f"lost (ratio {ratio:.2f}).")
+        if ratio > 1.3 and manifest.get("datapath") == "user":
+            msg += (" On the OVS userspace datapath tc was seen to count about twice the "
+                    "drops TCP actually lost; trust the captures for packets lost.")
+        elif ratio > 1.3:
+            msg += (" More tc drops than captured losses: flows through these ports may not "
+                    "have been captured at both ends.")
+        elif ratio < 0.77:
+            msg += (" Fewer tc drops than captured losses: packets were lost where no queue "
+                    "counts them (e.g. an overloaded OVS userspace datapath, or tcpdump "
+                    "drops at the receiver-side capture).")
+        notes.append(msg)
+    elif tc_drops and not cap_losses:
+        notes.append(f"tc counted {tc_drops:.0f} drops; the captures show none (flows not "
+                     "captured at both ends, or no pcaps). Never report a queue counter alone.")
+    if cap_retrans is not None and k["TcpRetransSegs"] is not None:
+        d = k["TcpRetransSegs"] - cap_retrans
+        msg = (f"Kernel TcpRetransSegs {k['TcpRetransSegs']:.0f} vs {cap_retrans} "
+               f"retransmissions in the captures (difference {d:+.0f}).")
+        if d > 0:
+            msg += (" The kernel also counts SYN/FIN retransmissions and retransmissions of "
+                    "flows not captured at the sender")
+            if cap_drop_total:
+                msg += f", and tcpdump dropped {cap_drop_total} packets"
+            msg += "."
+        notes.append(msg)
+    if cap_retrans is not None and cap_losses is not None:
+        notes.append(
+            f"Retransmissions ({cap_retrans}) minus losses ({cap_losses}) = "
+            f"{cap_retrans - cap_losses}: {n_tlp} tail-loss probe(s) and {n_spur} spurious "
+            "retransmission(s) resend data that was not lost; a retransmission that is lost "
+            "again counts in both.")
+    numbers = {"tc_drops": tc_drops, "capture_losses": cap_losses,
+               "capture_retrans": cap_retrans, "capture_rto": n_rto if captured_flows else None,
+               "capture_fast": n_fast if captured_flows else None,
+               "capture_tlp": n_tlp if captured_flows else None,
+               "capture_spurious": n_spur if captured_flows else None,
+               "kernel": {name: v for name, v in k.items()}, "capture_drops": cap_drop_total}
+    return {"totals": totals,
+            "ports": port_table(queue_summary, attributed),
+            "hosts": host_table(retrans, counters, fabric),
+            "notes": notes, "numbers": numbers}

@@ -1,0 +1,523 @@
+"""One run directory -> metrics.json, summary.md, report.html and plots/*.png.
+
+`analyse(run_dir)` computes every table; `build_report(run_dir)` writes the files. Each
+section copes with missing inputs by saying what is missing. A run whose manifest
+status is not `complete` gets a banner at the top of every output and its numbers are
+labelled as belonging to an incomplete run.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import episodes as ep
+from . import plots as plotting
+from . import queues as qmod
+from . import reconcile as rec
+from . import rundir, tcp, training
+from .pcap import PcapError, read_pcap
+
+REPORT_FILES = ("metrics.json", "summary.md", "report.html")
+
+
+@dataclass
+class Analysis:
+    """Everything computed from one run directory (tables are pandas DataFrames)."""
+    run_dir: Path
+    manifest: dict
+    spec: dict
+    fabric: dict
+    status: str
+    reason: str
+    t0: float
+    t1: float
+    tables: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)
+    missing: dict = field(default_factory=dict)   # section -> why it is empty
+    problems: list = field(default_factory=list)  # warnings worth showing at the top
+
+
+def _time_range(manifest, queues, tcp_df, workers):
+    starts, ends = [], []
+    for df, a, b in ((queues, "t", "t"), (tcp_df, "t", "t")):
+        if df is not None and len(df):
+            starts.append(float(df[a].min()))
+            ends.append(float(df[b].max()))
+    if workers is not None and len(workers):
+        for c in ("t", "t_start", "t_end"):
+            if c in workers:
+                v = pd.to_numeric(workers[c], errors="coerce").dropna()
+                if len(v):
+                    starts.append(float(v.min()))
+                    ends.append(float(v.max()))
+    t0 = manifest.get("start") if isinstance(manifest.get("start"), (int, float)) else None
+    t0 = t0 if t0 is not None else (min(starts) if starts else 0.0)
+    t1 = max(ends) if ends else (manifest.get("end") or t0)
+    return float(t0), float(t1)
+
+
+def analyse(run_dir, rto_threshold_s: float = tcp.DEFAULT_RTO_THRESHOLD_S,
+            cache: bool = True) -> Analysis:
+    """Read a run directory and compute every table and headline metric.
+
+    `rto_threshold_s`: silence before a retransmission that makes it an RTO (s).
+    `cache`: keep/use Parquet caches of parsed pcaps next to them.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"no run directory at {run_dir}")
+    manifest = rundir.load_manifest(run_dir)
+    spec = rundir.load_spec(run_dir)
+    fabric = rundir.load_fabric(run_dir)
+    status, reason = rundir.run_status(manifest)
+    missing, problems = {}, []
+    if not manifest:
+        problems.append("manifest.json is missing: the run's status is unknown.")
+    if not fabric["hosts"]:
+        missing["fabric"] = "no fabric.json: losses are not attributed to ports and spine " \
+            "balance cannot be computed"
+
+    queues = rundir.load_queues(run_dir)
+    port_stats = rundir.load_port_stats(run_dir)
+    flow_paths = rundir.load_flow_paths(run_dir)
+    counters = rundir.load_counters(run_dir)
+    workers = rundir.load_workers(run_dir)
+    if workers.attrs.get("bad_lines"):
+        problems.append(f"{workers.attrs['bad_lines']} unreadable line(s) in workers/*.jsonl "
+                        "were skipped.")
+    if queues.empty:
+        missing["queues"] = "no queues.csv (or it is empty)"
+    if counters.empty:
+        missing["counters"] = "no counters/*.json"
+    if workers.empty:
+        missing["workers"] = "no workers/*.jsonl"
+
+    # captures
+    pcaps = {}
+    pdir = run_dir / "pcap"
+    for p in sorted(pdir.glob("*.pcap")) if pdir.is_dir() else []:
+        try:
+            df = read_pcap(p, cache=cache)
+        except PcapError as exc:
+            problems.append(f"capture {p.name} unreadable: {exc}")
+            continue
+        if df.attrs.get("partial"):
+            problems.append(f"capture {p.name} is partial ({df.attrs.get('reason')}; "
+                            f"{df.attrs.get('bytes_skipped')} bytes skipped)")
+        pcaps[p.stem] = df
+    if not pcaps:
+        missing["pcap"] = "no readable captures in pcap/"
+    tcp_df = tcp.combine(pcaps)
+    flows = tcp.data_flows(tcp_df)
+    retrans, rec_eps = tcp.retransmissions(tcp_df, flows, rto_threshold_s=rto_threshold_s)
+    lost = tcp.losses(tcp_df, flows)
+    spurious = tcp.spurious_retransmissions(tcp_df, retrans, flows)
+    retrans = retrans.assign(spurious=spurious.to_numpy() if len(retrans) else [])
+    attributed = rec.attribute_losses(lost, fabric, queues, flow_paths)
+    fsum = tcp.flow_summary(tcp_df, flows, retrans)
+    tput = tcp.throughput_series(tcp_df, flows)
+    if len(pcaps) and flows.empty:
+        missing["flows"] = "captures hold no TCP payload"
+    elif len(flows) and flows["receiver_iface"].isna().all():
+        missing["losses"] = "no flow was captured at both ends: losses cannot be inferred"
+
+    qd = qmod.queue_deltas(queues)
+    qsum = qmod.queue_summary(queues, fabric)
+    balance, balance_sum = qmod.fabric_balance(fabric, queues, port_stats)
+    sl = qmod.spine_links(fabric)
+    util = qmod.link_utilisation(queues, sl["iface"], dict(zip(sl["iface"], sl["rate_mbps"],
+                                                               strict=True))) \
+        if len(sl) and len(queues) else pd.DataFrame()
+    episodes = ep.incast_episodes(queues, fabric, tcp_df, retrans, flow_paths)
+    recon = rec.reconcile(queue_summary=qsum, attributed=attributed, retrans=retrans,
+                          spurious=spurious, counters=counters, manifest=manifest,
+                          captured_flows=len(flows), fabric=fabric)
+
+    # training
+    iters = training.iterations(workers)
+    host_ips = {h: v["ip"] for h, v in fabric["hosts"].items()}
+    iters_ev = training.with_network_events(iters, lost, retrans, qd, host_ips)
+    steps = training.steps(iters)
+    stale = training.staleness(workers)
+    curve = training.loss_curve(workers)
+    ring = training.ring_bound(workers, fabric)
+    rounds = training.incast_rounds(workers)
+    finals = training.finals(workers)
+    errs = training.errors(workers)
+    mode = training.run_mode(workers)
+    if len(errs):
+        for _, e in errs.iterrows():
+            problems.append(f"worker {e.get('file')} reported an error: {e.get('message')}")
+
+    t0, t1 = _time_range(manifest, queues, tcp_df, workers)
+    a = Analysis(run_dir, manifest, spec, fabric, status, reason, t0, t1,
+                 missing=missing, problems=problems)
+    a.tables = {"queues_d": qd, "queue_summary": qsum, "flows": fsum, "throughput": tput,
+                "retrans": retrans, "recovery_episodes": rec_eps, "losses": attributed,
+                "balance": balance, "utilisation": util, "episodes": episodes,
+                "iterations": iters_ev, "steps": steps, "staleness": stale,
+                "loss_curve": curve, "ring": ring, "rounds": rounds, "finals": finals,
+                "counters": counters, "recon": recon, "pcaps": {k: len(v) for k, v in
+                                                                  pcaps.items()}}
+    impact = training.impact_summary(iters_ev)
+    rs = tcp.retrans_summary(retrans)
+    a.metrics = _jsonable({
+        "run": {"dir": str(run_dir), "status": status, "reason": reason,
+                "complete": status == "complete", "mode": mode,
+                "start": t0, "end": t1, "duration_s": t1 - t0,
+                "datapath": manifest.get("datapath"),
+                "congestion_control": manifest.get("congestion_control"),
+                "rto_threshold_s": rto_threshold_s},
+        "headline": {
+            "iteration_time_mean_s": impact.get("mean_s"),
+            "iteration_time_median_s": impact.get("median_s"),
+            "iteration_time_p95_s": impact.get("p95_s"),
+            "step_time_mean_s": float(steps["step_s"].mean()) if len(steps) else None,
+            "tc_drops": recon["numbers"]["tc_drops"],
+            "capture_losses": recon["numbers"]["capture_losses"],
+            "retransmissions": rs["retrans_packets"] if len(flows) else None,
+            "kernel_retrans_segs": recon["numbers"]["kernel"].get("TcpRetransSegs"),
+            "rtos": rs["rto_events"] if len(flows) else None,
+            "kernel_timeouts": recon["numbers"]["kernel"].get("TcpExtTCPTimeouts"),
+            "goodput_mbps": float(rounds["goodput_mbps"].mean()) if len(rounds) else None,
+            "throughput_mbps": float(fsum["goodput_mbps"].sum()) if len(fsum) else None,
+            "incast_episodes": int(episodes["incast"].sum()) if len(episodes) else 0,
+            "spine_max_mean": balance_sum.get("max_mean_all"),
+            "staleness_mean": float(stale.mean()) if len(stale) else None,
+            "final_accuracy": _final(finals, "accuracy"),
+            "final_loss": _final(finals, "loss"),
+        },
+        "retransmissions": rs,
+        "reconciliation": recon["numbers"],
+        "training": impact,
+        "balance": balance_sum,
+        "ring": {"bound_s": float(ring["bound_s"].iloc[0]) if len(ring) else None,
+                 "allreduce_mean_s": float(ring["allreduce_s"].mean()) if len(ring) else None,
+                 "ratio_mean": float(ring["ratio"].mean()) if len(ring) else None},
+        "flows": int(len(fsum)), "captures": a.tables["pcaps"],
+        "missing": missing, "problems": problems,
+    })
+    return a
+
+
+def _final(finals, col):
+    if finals.empty or col not in finals:
+        return None
+    v = pd.to_numeric(finals[col], errors="coerce").dropna()
+    return float(v.mean()) if len(v) else None
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating, float)):
+        return None if math.isnan(float(obj)) or math.isinf(float(obj)) else float(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj
+
+
+# ------------------------------------------------------------------------ writing
+
+def _plot_all(a: Analysis, plot_dir: Path) -> dict[str, Path | None]:
+    t = a.tables
+    qsum = t["queue_summary"]
+    hot = list(qsum[(qsum["drops"] > 0) | (qsum["max_backlog_pkts"] > 0)]["iface"][:6]) \
+        if len(qsum) else []
+    limits = {r.iface: r.limit_pkts for r in qsum.itertuples() if r.limit_pkts} \
+        if len(qsum) else {}
+    jobs = {
+        "queues": lambda p: plotting.queue_occupancy(t["queues_d"], hot, a.t0, p, limits),
+        "throughput": lambda p: plotting.flow_throughput(t["throughput"], a.t0, p),
+        "retransmissions": lambda p: plotting.retrans_timeline(t["retrans"], a.t0, a.t1, p),
+        "iterations": lambda p: plotting.iteration_breakdown(t["iterations"], p),
+        "staleness": lambda p: plotting.staleness_hist(t["staleness"], p),
+        "loss": lambda p: plotting.loss_curve(t["loss_curve"], a.t0, p),
+        "balance": lambda p: plotting.spine_balance(t["balance"], t["utilisation"], a.t0, p),
+        "ring": lambda p: plotting.ring_vs_bound(t["ring"], p),
+        "incast": lambda p: plotting.incast_goodput(t["rounds"], p),
+        "reconciliation": lambda p: plotting.reconciliation_bars(t["recon"]["totals"], p),
+    }
+    out = {}
+    for name, job in jobs.items():
+        path = plot_dir / f"{name}.png"
+        if path.exists():
+            path.unlink()  # never leave a stale figure from an earlier build
+        try:
+            out[name] = job(path)
+        except Exception as exc:  # a plotting bug must not cost the whole report
+            a.problems.append(f"plot {name} failed: {exc!r}")
+            out[name] = None
+    return out
+
+
+def _banner(a: Analysis) -> str | None:
+    if a.status == "complete":
+        return None
+    word = {"aborted": "ABORTED", "failed": "FAILED", "running": "INCOMPLETE (still running "
+            "or killed)"}.get(a.status, f"STATUS {a.status.upper()}")
+    why = f": {a.reason}" if a.reason else ""
+    return (f"RUN {word}{why}. This run did not complete; its numbers describe only the "
+            "part that ran and must not be compared with complete runs.")
+
+
+def _fmt(v, nd=3):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:.{nd}g}" if abs(v) < 1e4 else f"{v:,.0f}"
+    return str(v)
+
+
+def _signed(v):
+    return "n/a" if v is None else f"{v:+.3g} s"
+
+
+def _df_html(df: pd.DataFrame, max_rows=40) -> str:
+    if df is None or df.empty:
+        return "<p class='none'>(empty)</p>"
+    d = df.head(max_rows)
+    more = f"<p class='none'>{len(df) - max_rows} more rows not shown.</p>" \
+        if len(df) > max_rows else ""
+    return d.to_html(index=False, na_rep="n/a", float_format=lambda x: _fmt(x, 4),
+                     classes="tbl", border=0, escape=True) + more
+
+
+def _df_md(df: pd.DataFrame, max_rows=20) -> str:
+    if df is None or df.empty:
+        return "(empty)\n"
+    d = df.head(max_rows).astype(object).where(df.head(max_rows).notna(), "n/a")
+    cols = list(d.columns)
+    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    for _, r in d.iterrows():
+        lines.append("| " + " | ".join(_fmt(r[c], 4) if isinstance(r[c], float) else str(r[c])
+                                       for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _img(path: Path | None, alt: str) -> str:
+    if not path:
+        return ""
+    b64 = base64.b64encode(Path(path).read_bytes()).decode()
+    return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{b64}'>"
+
+
+def _sections(a: Analysis, figs: dict) -> list[tuple[str, str, str]]:
+    """(title, html, markdown) per report section."""
+    t, m = a.tables, a.metrics
+    out = []
+
+    def none(msg):
+        return f"<p class='none'>{html.escape(msg)}</p>", f"_{msg}_\n"
+
+    # headline
+    h = m["headline"]
+    rows = [(k.replace("_", " "), _fmt(v)) for k, v in h.items()]
+    head_html = "<table class='tbl'>" + "".join(
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows) + \
+        "</table>"
+    head_md = "\n".join(f"- {k}: {v}" for k, v in rows) + "\n"
+    out.append(("Headline numbers", head_html, head_md))
+
+    # reconciliation
+    recon = t["recon"]
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in recon["notes"])
+    hx = (_df_html(recon["totals"]) + "<h3>Per port (tc drops vs losses seen in captures)"
+          "</h3>" + _df_html(recon["ports"]) + "<h3>Per host (kernel vs captures)</h3>"
+          + _df_html(recon["hosts"]) + f"<ul>{notes}</ul>" + _img(figs.get("reconciliation"),
+                                                                  "reconciliation"))
+    mx = (_df_md(recon["totals"][["measure", "source", "value"]]) + "\nPer port:\n\n"
+          + _df_md(recon["ports"]) + "\n" + "".join(f"- {n}\n" for n in recon["notes"]))
+    out.append(("Reconciliation: queue counters, captures, kernel counters", hx, mx))
+
+    # queues
+    if t["queue_summary"].empty:
+        out.append(("Queues", *none(a.missing.get("queues", "no queue samples"))))
+    else:
+        out.append(("Queues", _img(figs.get("queues"), "queue occupancy")
+                    + _df_html(t["queue_summary"].head(12)),
+                    _df_md(t["queue_summary"][["iface", "kind", "drops", "max_backlog_pkts",
+                                               "sent_bytes"]].head(12))))
+
+    # incast episodes
+    e = t["episodes"]
+    if t["queue_summary"].empty:
+        out.append(("Incast episodes", *none("no queue samples: episodes need queues.csv")))
+    elif e.empty:
+        out.append(("Incast episodes", *none("no queue reached its limit or dropped")))
+    else:
+        rel = e.assign(start=e["start"] - a.t0, end=e["end"] - a.t0)
+        out.append(("Incast episodes (times since run start, s)", _df_html(rel),
+                    _df_md(rel.drop(columns=["senders"]))))
+
+    # flows and retransmissions
+    if t["flows"].empty:
+        out.append(("Flows", *none(a.missing.get("pcap") or a.missing.get("flows")
+                                   or "no flows")))
+    else:
+        fl = t["flows"].drop(columns=["src", "dst", "sport", "dport"])
+        out.append(("Flows", _img(figs.get("throughput"), "throughput") + _df_html(fl),
+                    _df_md(fl[["flow", "bytes", "retrans_packets", "fct_s",
+                               "goodput_mbps"]])))
+    r = t["retrans"]
+    if t["flows"].empty:
+        out.append(("Retransmissions and RTOs", *none("no captures with TCP payload")))
+    else:
+        rs = m["retransmissions"]
+        txt = (f"{rs['retrans_packets']} retransmitted packets ({rs['retrans_bytes']} bytes); "
+               f"by trigger {rs['by_kind']}; {rs['rto_events']} RTO firing(s). "
+               f"An RTO is a retransmission after >= {m['run']['rto_threshold_s']} s of "
+               "silence; fast = after >= 3 duplicate ACKs; tlp = tail-loss probe.")
+        eps = t["recovery_episodes"]
+        eps = eps.assign(stall_start=eps["stall_start"] - a.t0, start=eps["start"] - a.t0,
+                         end=eps["end"] - a.t0)
+        out.append(("Retransmissions and RTOs", f"<p>{html.escape(txt)}</p>"
+                    + _img(figs.get("retransmissions"), "retransmissions")
+                    + "<h3>Recovery episodes (s since run start)</h3>" + _df_html(eps)
+                    + "<h3>Losses between capture points</h3>"
+                    + (_df_html(t["losses"].drop(columns=["src", "dst", "sport", "dport"]))
+                       if "losses" not in a.missing else none(a.missing["losses"])[0]),
+                    txt + "\n\n" + _df_md(eps)))
+        del r
+
+    # training
+    it = t["iterations"]
+    if it.empty:
+        msg = "no iteration events (an incast benchmark run, or no worker logs)"
+        out.append(("Training: iteration time", *none(msg)))
+    else:
+        imp = m["training"]
+        txt = (f"{imp['iterations']} iterations; mean {_fmt(imp['mean_s'])} s, median "
+               f"{_fmt(imp['median_s'])} s, p95 {_fmt(imp['p95_s'])} s. Clean iterations: "
+               f"{imp['clean']['n']} (mean {_fmt(imp['clean']['mean_s'])} s); with loss: "
+               f"{imp['with_loss']['n']} ({_signed(imp['with_loss'].get('extra_s_vs_clean'))} "
+               f"vs clean); with an RTO: {imp['with_rto']['n']} "
+               f"({_signed(imp['with_rto'].get('extra_s_vs_clean'))} vs clean). 'With loss' "
+               "means a capture loss of the worker's host or a tc drop on any port during "
+               "the iteration.")
+        hit = it[(it["rtos"] > 0) | (it["losses"] > 0) | (it["tc_drops"] > 0)]
+        out.append(("Training: iteration time", f"<p>{html.escape(txt)}</p>"
+                    + _img(figs.get("iterations"), "iterations")
+                    + "<h3>Iterations with network events</h3>"
+                    + _df_html(hit.drop(columns=["file"])), txt + "\n"))
+    if len(t["staleness"]) or len(t["loss_curve"]):
+        out.append(("Training: staleness and loss", _img(figs.get("staleness"), "staleness")
+                    + (none("no staleness values")[0] if not len(t["staleness"]) else "")
+                    + _img(figs.get("loss"), "loss"),
+                    f"staleness mean {_fmt(m['headline']['staleness_mean'])}\n"))
+    else:
+        out.append(("Training: staleness and loss",
+                    *none("no staleness or loss values (not a parameter-server run)")))
+    if len(t["ring"]):
+        rb = m["ring"]
+        txt = (f"all-reduce mean {_fmt(rb['allreduce_mean_s'])} s vs bound "
+               f"{_fmt(rb['bound_s'])} s (ratio {_fmt(rb['ratio_mean'])})")
+        out.append(("Ring all-reduce vs bound", f"<p>{txt}</p>" + _img(figs.get("ring"), "ring"),
+                    txt + "\n"))
+    if len(t["rounds"]):
+        out.append(("Incast benchmark goodput", _img(figs.get("incast"), "incast")
+                    + _df_html(t["rounds"]), _df_md(t["rounds"])))
+
+    # balance
+    if t["balance"].empty:
+        out.append(("Fabric balance", *none(m["balance"].get("note")
+                                            or "no spine links or no counters")))
+    else:
+        b = m["balance"]
+        txt = (f"max/mean bytes over spine links: up {_fmt(b.get('max_mean_up'))}, down "
+               f"{_fmt(b.get('max_mean_down'))}, all {_fmt(b.get('max_mean_all'))}")
+        out.append(("Fabric balance", f"<p>{txt}</p>" + _img(figs.get("balance"), "balance")
+                    + _df_html(t["balance"]), txt + "\n\n" + _df_md(t["balance"])))
+
+    # configuration
+    spec_text = (a.run_dir / "spec.toml").read_text() if (a.run_dir / "spec.toml").exists() \
+        else "(no spec.toml)"
+    man = json.dumps(a.manifest, indent=1, default=str) if a.manifest else "(no manifest.json)"
+    out.append(("Configuration and environment",
+                f"<h3>spec.toml</h3><pre>{html.escape(spec_text)}</pre>"
+                f"<h3>manifest.json</h3><pre>{html.escape(man)}</pre>",
+                f"```toml\n{spec_text}\n```\n"))
+    return out
+
+
+CSS = """body{font-family:sans-serif;max-width:1200px;margin:1em auto;padding:0 1em;color:#222}
+.banner{background:#b00020;color:#fff;padding:1em;font-size:1.3em;font-weight:bold;
+border-radius:4px}.warn{background:#fff3cd;padding:.5em 1em;border-left:4px solid #e0a800}
+.tbl{border-collapse:collapse;font-size:.85em;margin:.5em 0}.tbl td,.tbl th{border:1px solid
+#ccc;padding:2px 6px;text-align:right}.tbl th{background:#f0f0f0}.none{color:#777;
+font-style:italic}img{max-width:100%;display:block;margin:.5em 0}pre{background:#f6f6f6;
+padding:.5em;overflow:auto;font-size:.8em}"""
+
+
+def build_report(run_dir, out_dir=None, rto_threshold_s: float = tcp.DEFAULT_RTO_THRESHOLD_S,
+                 cache: bool = True, plots: bool = True) -> dict[str, Path]:
+    """Analyse `run_dir` and write metrics.json, summary.md, report.html and plots/*.png.
+
+    Outputs go to `out_dir` (default: the run directory itself, as the run-directory
+    contract says; raw files are never touched). Returns {'metrics', 'summary', 'report':
+    Path, 'plots': [Path]}. Raises FileNotFoundError if run_dir does not exist;
+    otherwise missing inputs are reported inside the outputs. `plots=False` skips the
+    figures (a quick rebuild of the numbers).
+    """
+    a = analyse(run_dir, rto_threshold_s=rto_threshold_s, cache=cache)
+    out = Path(out_dir) if out_dir else a.run_dir
+    out.mkdir(parents=True, exist_ok=True)
+    figs = _plot_all(a, out / "plots") if plots else {}
+    try:
+        sections = _sections(a, figs)
+    except Exception:  # keep the banner and the numbers even if a section has a bug
+        sections = [("Report error", f"<pre>{html.escape(traceback.format_exc())}</pre>",
+                     "report section failed\n")]
+    banner = _banner(a)
+    a.metrics["problems"] = a.problems
+    a.metrics["plots"] = sorted(p.name for p in figs.values() if p)
+    metrics_path = out / "metrics.json"
+    metrics_path.write_text(json.dumps(_jsonable(a.metrics), indent=2, default=str))
+
+    title = f"incastlab run {a.run_dir.name}"
+    md = [f"# {title}\n"]
+    if banner:
+        md.insert(0, f"> **{banner}**\n")
+    md.append(f"status: {a.status}" + (f" ({a.reason})" if a.reason else "") + "\n")
+    md += [f"> {p}\n" for p in a.problems]
+    if a.missing:
+        md.append("Missing inputs:\n" + "".join(f"- {k}: {v}\n" for k, v in a.missing.items()))
+    for sec_title, _, sec_md in sections:
+        md.append(f"\n## {sec_title}\n\n{sec_md}")
+    summary_path = out / "summary.md"
+    summary_path.write_text("\n".join(md))
+
+    body = []
+    if banner:
+        body.append(f"<div class='banner' id='status-banner'>{html.escape(banner)}</div>")
+    body.append(f"<h1>{html.escape(title)}</h1><p>status: <b>{html.escape(a.status)}</b>"
+                f"{' — ' + html.escape(a.reason) if a.reason else ''}; "
+                f"duration {_fmt(a.t1 - a.t0)} s</p>")
+    for p in a.problems:
+        body.append(f"<p class='warn'>{html.escape(p)}</p>")
+    if a.missing:
+        body.append("<p class='warn'>Missing inputs: " + "; ".join(
+            f"{html.escape(k)}: {html.escape(v)}" for k, v in a.missing.items()) + "</p>")
+    toc = "".join(f"<li><a href='#s{i}'>{html.escape(s[0])}</a></li>"
+                  for i, s in enumerate(sections))
+    body.append(f"<ul>{toc}</ul>")
+    for i, (sec_title, sec_html, _) in enumerate(sections):
+        body.append(f"<h2 id='s{i}'>{html.escape(sec_title)}</h2>{sec_html}")
+    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+            f"</title><style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+    report_path = out / "report.html"
+    report_path.write_text(page)
+    return {"metrics": metrics_path, "summary": summary_path, "report": report_path,
+            "plots": [p for p in figs.values() if p]}

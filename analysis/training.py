@@ -1,0 +1,234 @@
+"""What the network did to training: workers/*.jsonl joined with network events.
+
+Iteration times are t_end - t_start of each worker's `iteration` event, split into the
+logged compute_s, comm_s and wait_s (seconds). A synchronous *step* is the same
+iteration number across workers: from the earliest start to the latest end, so a
+straggler's delay shows in everybody's step.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+ITER_COLUMNS = ["file", "rank", "iteration", "t_start", "t_end", "duration_s", "compute_s",
+                "comm_s", "wait_s", "push_s", "pull_s", "allreduce_s", "bytes_sent",
+                "bytes_recv", "model_version", "staleness", "loss", "host"]
+
+
+def starts(workers: pd.DataFrame) -> pd.DataFrame:
+    """One row per `start` event (role, rank, world_size, mode, gradient_bytes, host...)."""
+    if workers.empty:
+        return pd.DataFrame(columns=["file", "role", "rank", "mode", "world_size"])
+    return workers[workers["event"] == "start"].dropna(axis=1, how="all").reset_index(drop=True)
+
+
+def run_mode(workers: pd.DataFrame) -> str | None:
+    """The workload's mode (sync/async/ssp/backup/ring/gloo/incast) from start events."""
+    s = starts(workers)
+    if "mode" in s and s["mode"].notna().any():
+        return str(s["mode"].dropna().mode().iloc[0])
+    return None
+
+
+def iterations(workers: pd.DataFrame) -> pd.DataFrame:
+    """`iteration` events as a table (columns ITER_COLUMNS; absent fields are NaN)."""
+    if workers.empty or not (workers["event"] == "iteration").any():
+        return pd.DataFrame(columns=ITER_COLUMNS)
+    it = workers[workers["event"] == "iteration"].copy()
+    for c in ITER_COLUMNS:
+        if c not in it:
+            it[c] = np.nan
+    s = starts(workers)
+    # iteration events carry no rank: take it from the file's start event, else the
+    # file name (`workers/<rank>.jsonl`)
+    start_rank = {r["file"]: r["rank"] for _, r in s.iterrows()} if "rank" in s else {}
+    it["rank"] = [_as_rank(start_rank.get(f, f)) if pd.isna(r) else _as_rank(r)
+                  for f, r in zip(it["file"], it["rank"], strict=True)]
+    it["host"] = [_host(r) for r in (s.set_index("file").reindex(it["file"]).to_dict("records")
+                                     if len(s) else [{}] * len(it))]
+    it["duration_s"] = it["t_end"] - it["t_start"]
+    return it[ITER_COLUMNS].sort_values(["t_start", "rank"], kind="stable").reset_index(drop=True)
+
+
+def _as_rank(x):
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def _host(start: dict) -> str | None:
+    """Emulated host of a worker: from its interface name (h3-eth0 -> h3); the logged
+    `host` is the machine's hostname inside Mininet, so it is only a fallback."""
+    iface = start.get("iface")
+    if isinstance(iface, str) and "-" in iface:
+        return iface.split("-")[0]
+    host = start.get("host")
+    return host if isinstance(host, str) else None
+
+
+def steps(iters: pd.DataFrame) -> pd.DataFrame:
+    """Synchronous steps: per iteration number, start, end, step_s, straggler rank,
+    spread_s (latest minus earliest worker end)."""
+    if iters.empty:
+        return pd.DataFrame(columns=["iteration", "start", "end", "step_s", "straggler",
+                                     "spread_s", "workers"])
+    rows = []
+    for it, g in iters.groupby("iteration", sort=True):
+        rows.append({"iteration": it, "start": g["t_start"].min(), "end": g["t_end"].max(),
+                     "step_s": g["t_end"].max() - g["t_start"].min(),
+                     "straggler": g.loc[g["t_end"].idxmax(), "rank"],
+                     "spread_s": g["t_end"].max() - g["t_end"].min(), "workers": len(g)})
+    return pd.DataFrame(rows)
+
+
+def with_network_events(iters: pd.DataFrame, lost: pd.DataFrame | None = None,
+                        retrans: pd.DataFrame | None = None,
+                        queue_drops: pd.DataFrame | None = None,
+                        host_ips: dict | None = None) -> pd.DataFrame:
+    """Add per-iteration network events: losses, rtos (RTO firings), tc_drops.
+
+    Capture losses and RTOs count when they fall inside [t_start, t_end] and, when the
+    worker's host IP is known (`host_ips` {host: ip}), involve that host. tc_drops are
+    queue drops of any port in the window (queue_drops: queue_deltas rows).
+    """
+    out = iters.copy()
+    host_ips = host_ips or {}
+    for col in ("losses", "rtos", "tc_drops"):
+        out[col] = 0.0
+
+    def count(times, ips_src, ips_dst, t0, t1, ip):
+        m = (times >= t0) & (times <= t1)
+        if ip is not None and ips_src is not None:
+            m &= (ips_src == ip) | (ips_dst == ip)
+        return float(m.sum())
+
+    from .pcap import ip_to_int
+    l_t = lost["t"].to_numpy() if lost is not None and len(lost) else np.empty(0)
+    l_s = lost["src"].to_numpy() if lost is not None and len(lost) else None
+    l_d = lost["dst"].to_numpy() if lost is not None and len(lost) else None
+    rto = retrans[retrans["event"] & (retrans["kind"] == "rto")] \
+        if retrans is not None and len(retrans) else None
+    r_t = rto["t"].to_numpy() if rto is not None else np.empty(0)
+    r_s = rto["src"].to_numpy() if rto is not None else None
+    r_d = rto["dst"].to_numpy() if rto is not None else None
+    q = queue_drops[queue_drops["d_drops"] > 0] if queue_drops is not None and len(queue_drops) \
+        else None
+    for idx, r in out.iterrows():
+        ip = host_ips.get(r["host"]) if isinstance(r["host"], str) else None
+        ipn = ip_to_int(ip) if ip else None
+        out.at[idx, "losses"] = count(l_t, l_s, l_d, r["t_start"], r["t_end"], ipn)
+        out.at[idx, "rtos"] = count(r_t, r_s, r_d, r["t_start"], r["t_end"], ipn)
+        if q is not None:
+            m = (q["t"] >= r["t_start"]) & (q["t"] <= r["t_end"])
+            out.at[idx, "tc_drops"] = float(q.loc[m, "d_drops"].sum())
+    return out
+
+
+def impact_summary(iters_ev: pd.DataFrame) -> dict:
+    """How much longer iterations with losses/RTOs took than clean ones (seconds)."""
+    if iters_ev.empty:
+        return {}
+    d = iters_ev["duration_s"]
+    hit_rto = iters_ev["rtos"] > 0
+    hit_loss = (iters_ev["losses"] > 0) | (iters_ev["tc_drops"] > 0)
+    clean = ~hit_rto & ~hit_loss
+
+    def stats(mask):
+        v = d[mask].dropna()
+        return {"n": int(len(v)), "mean_s": float(v.mean()) if len(v) else None,
+                "median_s": float(v.median()) if len(v) else None}
+
+    out = {"iterations": int(len(iters_ev)), "clean": stats(clean),
+           "with_loss": stats(hit_loss & ~hit_rto), "with_rto": stats(hit_rto),
+           "mean_s": float(d.mean()), "median_s": float(d.median()),
+           "p95_s": float(d.quantile(0.95)),
+           "compute_s_mean": _mean(iters_ev["compute_s"]),
+           "comm_s_mean": _mean(iters_ev["comm_s"]), "wait_s_mean": _mean(iters_ev["wait_s"])}
+    c = out["clean"]["mean_s"]
+    for k in ("with_loss", "with_rto"):
+        m = out[k]["mean_s"]
+        out[k]["extra_s_vs_clean"] = (m - c) if m is not None and c is not None else None
+    return out
+
+
+def _mean(s):
+    s = pd.to_numeric(s, errors="coerce").dropna()
+    return float(s.mean()) if len(s) else None
+
+
+def staleness(workers: pd.DataFrame) -> pd.Series:
+    """Staleness values (model versions behind) from PS `update` events, else from
+    worker `iteration` events."""
+    if workers.empty:
+        return pd.Series(dtype=float)
+    up = workers[workers["event"] == "update"]
+    if "staleness" in up and up["staleness"].notna().any():
+        vals = [x for v in up["staleness"].dropna()
+                for x in (v if isinstance(v, list) else [v])]
+        return pd.Series(vals, dtype=float)
+    it = workers[workers["event"] == "iteration"]
+    if "staleness" in it:
+        return pd.to_numeric(it["staleness"], errors="coerce").dropna().astype(float)
+    return pd.Series(dtype=float)
+
+
+def loss_curve(workers: pd.DataFrame) -> pd.DataFrame:
+    """Training loss over time: columns t (s), rank, iteration, loss."""
+    it = iterations(workers)
+    it = it[pd.to_numeric(it["loss"], errors="coerce").notna()]
+    return pd.DataFrame({"t": it["t_end"], "rank": it["rank"], "iteration": it["iteration"],
+                         "loss": it["loss"].astype(float)})
+
+
+def ring_bound(workers: pd.DataFrame, fabric: dict) -> pd.DataFrame:
+    """Ring all-reduce time vs the bandwidth bound 2(N-1)/N * M / B.
+
+    M = gradient_bytes from the start events, N = world_size, B = the host link rate
+    (fabric.json, Mbit/s -> bytes/s). Columns: rank, iteration, allreduce_s, bound_s,
+    ratio (allreduce_s / bound_s; 1.0 is optimal).
+    """
+    it = iterations(workers)
+    s = starts(workers)
+    if it.empty or it["allreduce_s"].isna().all() or s.empty:
+        return pd.DataFrame(columns=["rank", "iteration", "allreduce_s", "bound_s", "ratio"])
+    n = pd.to_numeric(s.get("world_size"), errors="coerce").dropna()
+    m = pd.to_numeric(s.get("gradient_bytes"), errors="coerce").dropna()
+    rates = [h.get("rate_mbps") for h in fabric.get("hosts", {}).values() if h.get("rate_mbps")]
+    if not len(n) or not len(m) or not rates:
+        bound = np.nan
+    else:
+        big_n, big_m, b = float(n.max()), float(m.max()), min(rates) * 1e6 / 8
+        bound = 2 * (big_n - 1) / big_n * big_m / b
+    out = it[["rank", "iteration", "allreduce_s"]].dropna().copy()
+    out["bound_s"] = bound
+    out["ratio"] = out["allreduce_s"] / bound if bound == bound and bound > 0 else np.nan
+    return out.reset_index(drop=True)
+
+
+def incast_rounds(workers: pd.DataFrame) -> pd.DataFrame:
+    """Incast benchmark `round` events: round, t_start, t_end, senders, block_bytes, bytes,
+    goodput_mbps."""
+    if workers.empty or not (workers["event"] == "round").any():
+        return pd.DataFrame(columns=["round", "t_start", "t_end", "senders", "block_bytes",
+                                     "bytes", "goodput_mbps"])
+    r = workers[workers["event"] == "round"]
+    cols = ["round", "t_start", "t_end", "senders", "block_bytes", "bytes", "goodput_mbps"]
+    for c in cols:
+        if c not in r:
+            r = r.assign(**{c: np.nan})
+    return r[cols].reset_index(drop=True)
+
+
+def finals(workers: pd.DataFrame) -> pd.DataFrame:
+    """`final` events (accuracy, loss, iterations, applied/discarded gradients)."""
+    if workers.empty:
+        return pd.DataFrame()
+    return workers[workers["event"] == "final"].dropna(axis=1, how="all").reset_index(drop=True)
+
+
+def errors(workers: pd.DataFrame) -> pd.DataFrame:
+    """`error` events written by apps before a non-zero exit."""
+    if workers.empty:
+        return pd.DataFrame()
+    return workers[workers["event"] == "error"].dropna(axis=1, how="all").reset_index(drop=True)

@@ -1,0 +1,183 @@
+"""Whole-run analysis on synthetic run directories whose truth is known."""
+import json
+
+import pandas as pd
+import pytest
+from PIL import Image
+
+from incastlab.analysis import build_report
+from incastlab.analysis.report import analyse
+from incastlab.analysis.synthetic import make_demo_run, make_run_dir
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    run = tmp_path_factory.mktemp("runs") / "complete"
+    truth = make_demo_run(run)
+    return run, truth, build_report(run)
+
+
+@pytest.fixture(scope="module")
+def analysed(demo):
+    run, truth, _ = demo
+    return analyse(run), truth
+
+
+def _valid_png(path):
+    assert path.read_bytes()[:8] == PNG_MAGIC
+    with Image.open(path) as im:
+        im.verify()
+    with Image.open(path) as im:
+        assert im.size[0] > 100 and im.size[1] > 100
+
+
+def test_outputs_exist_and_plots_are_png(demo):
+    run, _, paths = demo
+    for key in ("metrics", "summary", "report"):
+        assert paths[key].exists() and paths[key].parent == run
+    names = {p.name for p in paths["plots"]}
+    assert {"queues.png", "throughput.png", "retransmissions.png", "iterations.png",
+            "staleness.png", "loss.png", "balance.png", "reconciliation.png"} <= names
+    for p in paths["plots"]:
+        _valid_png(p)
+    import matplotlib.image as mpimg
+    assert mpimg.imread(paths["plots"][0]).ndim == 3
+    page = paths["report"].read_text()
+    assert "data:image/png;base64," in page
+    assert "http://" not in page and "https://" not in page  # nothing fetched
+    assert "status-banner" not in page
+
+
+def test_reconciliation_numbers(demo):
+    _, truth, paths = demo
+    m = json.loads(paths["metrics"].read_text())
+    h = m["headline"]
+    assert h["tc_drops"] == truth["tc_drops"]
+    assert h["capture_losses"] == truth["losses"]
+    assert h["retransmissions"] == truth["retrans"]
+    assert h["rtos"] == truth["rto_events"]
+    assert h["kernel_retrans_segs"] == truth["kernel_retrans"]
+    assert h["kernel_timeouts"] == truth["kernel_timeouts"]
+    r = m["reconciliation"]
+    assert r["capture_spurious"] == truth["spurious"] and r["capture_tlp"] == truth["tlp"]
+    assert m["run"]["complete"] is True and m["flows"] == truth["flows"]
+    summary = paths["summary"].read_text()
+    assert "twice" in summary  # the OVS-userspace tc double count is explained
+
+
+def test_losses_attributed_to_the_dropping_port(analysed):
+    a, truth = analysed
+    lost = a.tables["losses"]
+    assert len(lost) == truth["losses"]
+    assert set(lost["port"]) == {truth["lost_port"]}
+    assert set(lost["attributed_by"]) == {"queue-drops"}
+    ports = a.tables["recon"]["ports"].set_index("iface")
+    assert ports.loc["lf2-eth1", "tc_drops"] == 6 and ports.loc["lf2-eth1", "capture_losses"] == 3
+    hosts = a.tables["recon"]["hosts"].set_index("host")
+    assert hosts.loc["h1", "kernel_retrans_segs"] == 5 and hosts.loc["h1", "capture_retrans"] == 4
+
+
+def test_incast_episodes(analysed):
+    a, truth = analysed
+    e = a.tables["episodes"]
+    assert len(e) == truth["episodes"]
+    assert int(e["incast"].sum()) == truth["incast_episodes"]
+    first = e.iloc[0]
+    assert first["iface"] == "lf2-eth1" and first["n_senders"] == 2
+    assert first["senders"] == "h1,h2" and first["drops"] == 2
+    assert list(e["rtos"]) == [0, 1, 0]  # the RTO whose silence began in episode 2
+
+
+def test_training_impact(demo, analysed):
+    _, _, paths = demo
+    a, truth = analysed
+    it = a.tables["iterations"]
+    assert len(it) == 12
+    hit = it[it["rtos"] > 0]
+    assert len(hit) == truth["iterations_with_rto"]
+    assert set(hit["rank"]) == {1} and set(hit["iteration"]) == {1, 3}
+    imp = json.loads(paths["metrics"].read_text())["training"]
+    assert imp["with_rto"]["n"] == 2 and imp["with_rto"]["extra_s_vs_clean"] > 0
+    steps = a.tables["steps"]
+    assert len(steps) == 6 and (steps["straggler"] == 1).all()
+    assert a.metrics["headline"]["staleness_mean"] == 0.0
+
+
+def test_fabric_balance(analysed):
+    a, _ = analysed
+    b = a.metrics["balance"]
+    # 810 kB on sp1 links, 270 kB on sp2 links, nothing elsewhere: max/mean = 810/270
+    assert b["max_mean_all"] == pytest.approx(3.0)
+    assert b["per_spine_bytes"] == {"sp1": 1_620_000.0, "sp2": 540_000.0}
+
+
+@pytest.mark.parametrize("status,reason,word", [("aborted", "Ctrl-C by user", "ABORTED"),
+                                                ("failed", "worker h2 exited 1", "FAILED"),
+                                                ("running", "", "INCOMPLETE")])
+def test_incomplete_run_has_banner_at_top(tmp_path, status, reason, word):
+    run = tmp_path / status
+    make_run_dir(run, status=status, reason=reason)
+    paths = build_report(run, plots=False)
+    page = paths["report"].read_text()
+    body = page.split("<body>", 1)[1]
+    assert body.startswith("<div class='banner' id='status-banner'>RUN " + word)
+    assert reason in body.split("</div>", 1)[0]
+    assert paths["summary"].read_text().startswith(f"> **RUN {word}")
+    m = json.loads(paths["metrics"].read_text())
+    assert m["run"]["complete"] is False and m["run"]["status"] == status
+
+
+def test_missing_inputs_are_reported_not_fatal(tmp_path):
+    run = make_run_dir(tmp_path / "bare", status="aborted", reason="preflight failed")
+    paths = build_report(run)
+    page = paths["report"].read_text()
+    assert "no readable captures" in page and "no queues.csv" in page
+    assert "not a parameter-server run" in page or "no staleness" in page
+    assert paths["plots"] == []
+    m = json.loads(paths["metrics"].read_text())
+    assert m["headline"]["retransmissions"] is None and m["headline"]["tc_drops"] is None
+
+
+def test_incast_benchmark_run_without_pcaps(tmp_path):
+    t0 = 1_700_000_000.0
+    rounds = [{"event": "start", "role": "client", "rank": 0, "mode": "incast", "t": t0,
+               "senders": 4}]
+    rounds += [{"event": "round", "round": r, "t_start": t0 + r, "t_end": t0 + r + 0.5,
+                "senders": 4, "block_bytes": 256_000, "bytes": 1_024_000,
+                "goodput_mbps": 1_024_000 * 8 / 0.5 / 1e6} for r in range(5)]
+    run = make_run_dir(tmp_path / "incast", workers={0: rounds},
+                       queues=[{"t": t0 + k, "switch": "lf1", "port": 5, "iface": "lf1-eth5",
+                                "backlog_bytes": 0, "backlog_pkts": 0, "drops": k,
+                                "overlimits": 0, "sent_bytes": k * 1000, "sent_pkts": k,
+                                "requeues": 0} for k in range(6)], t0=t0)
+    paths = build_report(run)
+    m = json.loads(paths["metrics"].read_text())
+    assert m["headline"]["goodput_mbps"] == pytest.approx(16.384)
+    assert m["headline"]["tc_drops"] == 5
+    assert "incast.png" in {p.name for p in paths["plots"]}
+    summary = paths["summary"].read_text()
+    assert "no iteration events" in summary
+    assert "Never report a queue counter alone" in summary
+
+
+def test_corrupt_capture_is_flagged(tmp_path):
+    run = tmp_path / "corrupt"
+    make_demo_run(run)
+    p = run / "pcap" / "h2-eth0.pcap"
+    p.write_bytes(p.read_bytes()[:-7])
+    (run / "pcap" / "junk.pcap").write_bytes(b"not a pcap at all, definitely not")
+    paths = build_report(run, plots=False)
+    m = json.loads(paths["metrics"].read_text())
+    text = " ".join(m["problems"])
+    assert "h2-eth0.pcap is partial" in text and "junk.pcap unreadable" in text
+
+
+def test_report_rebuild_is_idempotent_and_raw_files_untouched(demo, tmp_path):
+    run, _, _ = demo
+    before = {p: p.stat().st_mtime_ns for p in (run / "pcap").glob("*.pcap")}
+    q = pd.read_csv(run / "queues.csv")
+    build_report(run, plots=False)
+    assert before == {p: p.stat().st_mtime_ns for p in (run / "pcap").glob("*.pcap")}
+    assert q.equals(pd.read_csv(run / "queues.csv"))
