@@ -1,0 +1,113 @@
+"""Fabric fidelity: configured versus achieved TCP rate, and bring-up/teardown time.
+
+    sudo .venv/bin/python benchmarks/fabric_fidelity.py [--seconds 5] [--quick]
+
+Rates: on a 2×2×4 leaf–spine (fabric links 4× the host rate, policy ``spread`` so no two
+flows are hashed onto one uplink by chance), 1, 2 and 4 concurrent iperf3 flows from
+leaf-1 hosts to leaf-2 hosts at host rates 10, 50 and 100 Mbit/s. Each flow's receiver
+goodput is divided by the configured host rate. The ideal ratio is not 1: HTB shapes
+whole Ethernet frames, so TCP goodput tops out at 1448/1514 = 0.956 of the rate (MSS over
+frame size with timestamps); both ratios are printed.
+
+Bring-up/teardown: a 2×4×4 fabric brought up and torn down by incastlab (queues on every
+port, offloads off, controller, readiness including an all-pairs ping) against the
+baseline measured in the same run: stock Mininet with plain links and no controller.
+
+Ends with one JSON line of the figures.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.rootnet helpers
+
+from mininet.log import setLogLevel  # noqa: E402
+from mininet.net import Mininet  # noqa: E402
+from mininet.node import OVSSwitch  # noqa: E402
+
+from incastlab.fabric import Fabric  # noqa: E402
+from incastlab.preflight import run_preflight  # noqa: E402
+from incastlab.topologies.leafspine import LeafSpineTopo  # noqa: E402
+from tests.rootnet import free_port, iperf3_pair, iperf3_result  # noqa: E402
+
+GOODPUT_CEILING = 1448 / 1514
+
+
+def measure_rates(rate: float, flows: int, seconds: float, tmp: Path) -> list[float]:
+    topo = LeafSpineTopo(2, 2, 4, host_bw=rate, fabric_bw=4 * rate, queue_packets=100)
+    with Fabric(topo, policy="spread", run_dir=tmp / f"rate-{rate:g}-{flows}",
+                controller_port=free_port()) as fab:
+        pairs = [iperf3_pair(fab, f"h{i}", f"h{4 + i}", seconds, port=5201 + i)
+                 for i in range(1, flows + 1)]
+        results = [iperf3_result(cli, timeout=seconds + 30) for _srv, cli in pairs]
+    return [r["end"]["sum_received"]["bits_per_second"] / 1e6 for r in results]
+
+
+def time_incastlab(tmp: Path) -> tuple[float, float]:
+    t0 = time.monotonic()
+    fab = Fabric(LeafSpineTopo(2, 4, 4), policy="single", run_dir=tmp / "bringup",
+                 controller_port=free_port())
+    fab.__enter__()
+    t1 = time.monotonic()
+    fab.__exit__(None, None, None)
+    return t1 - t0, time.monotonic() - t1
+
+
+def time_stock_mininet() -> tuple[float, float]:
+    caps = run_preflight(controller_port=None)
+    setLogLevel("warning")
+    t0 = time.monotonic()
+    net = Mininet(topo=LeafSpineTopo(2, 4, 4), controller=None,
+                  switch=partial(OVSSwitch, datapath=caps.datapath, failMode="secure"))
+    try:
+        net.start()
+        t1 = time.monotonic()
+    finally:
+        net.stop()
+    return t1 - t0, time.monotonic() - t1
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=5.0, help="iperf3 duration per test, s")
+    p.add_argument("--quick", action="store_true", help="one rate (50 Mbit/s) only")
+    p.add_argument("--repeats", type=int, default=3, help="bring-up/teardown repetitions")
+    args = p.parse_args()
+    tmp = Path(subprocess.run(["mktemp", "-d", "/tmp/incastlab-bench-XXXXXX"],
+                              capture_output=True, text=True, check=True).stdout.strip())
+    figures = {"rates": [], "bringup": {}}
+    print(f"{'rate Mbit/s':>11} {'flows':>5} {'mean Mbit/s':>11} {'min':>7} "
+          f"{'ratio':>6} {'ratio/ceiling':>13}")
+    for rate in ([50.0] if args.quick else [10.0, 50.0, 100.0]):
+        for flows in (1, 2, 4):
+            got = measure_rates(rate, flows, args.seconds, tmp)
+            mean = statistics.mean(got)
+            row = {"rate_mbps": rate, "flows": flows, "achieved_mbps": got,
+                   "ratio": mean / rate, "ratio_to_ceiling": mean / rate / GOODPUT_CEILING}
+            figures["rates"].append(row)
+            print(f"{rate:11g} {flows:5d} {mean:11.2f} {min(got):7.2f} {row['ratio']:6.3f} "
+                  f"{row['ratio_to_ceiling']:13.3f}", flush=True)
+    ours = [time_incastlab(tmp) for _ in range(args.repeats)]
+    stock = [time_stock_mininet() for _ in range(args.repeats)]
+    up, down = statistics.median(o[0] for o in ours), statistics.median(o[1] for o in ours)
+    sup, sdown = statistics.median(s[0] for s in stock), statistics.median(s[1] for s in stock)
+    figures["bringup"] = {"fabric": "2x4x4", "incastlab_up_s": up, "incastlab_down_s": down,
+                          "stock_up_s": sup, "stock_down_s": sdown,
+                          "up_ratio": up / sup, "down_ratio": down / sdown}
+    print(f"\nbring-up 2x4x4 (median of {args.repeats}): incastlab {up:.2f} s, stock Mininet "
+          f"{sup:.2f} s, ratio {up / sup:.2f}")
+    print(f"teardown: incastlab {down:.2f} s, stock Mininet {sdown:.2f} s, "
+          f"ratio {down / sdown:.2f}")
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
