@@ -17,10 +17,11 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from .commands import Endpoint, ps_commands, ring_commands
 
 LOOPBACK = "127.0.0.1"
 
@@ -35,20 +36,16 @@ def free_port() -> int:
 def ps_argv(workers: int, out: str | Path, port: int, shards: int = 1,
             extra: list[str] | None = None) -> list[list[str]]:
     """Command lines of a PS job: ranks 0..shards-1 servers, then `workers` workers."""
-    world = shards + workers
-    common = ["--world-size", str(world), "--master", f"{LOOPBACK}:{port}", "--iface", "lo",
-              "--out", str(out), "--shards", str(shards), *(extra or [])]
-    return [[sys.executable, "-m", "incastlab.apps.ps",
-             "--role", "server" if rank < shards else "worker", "--rank", str(rank), *common]
-            for rank in range(world)]
+    hosts = [Endpoint(LOOPBACK, "lo")] * (shards + workers)
+    return [argv + list(extra or [])
+            for argv in ps_commands(hosts, str(out), port, {"shards": shards})]
 
 
 def ring_argv(ranks: int, out: str | Path, port: int, extra: list[str] | None = None
               ) -> list[list[str]]:
     """Command lines of a ring all-reduce job of `ranks` ranks."""
-    return [[sys.executable, "-m", "incastlab.apps.ring", "--rank", str(rank),
-             "--world-size", str(ranks), "--master", f"{LOOPBACK}:{port}", "--iface", "lo",
-             "--out", str(out), *(extra or [])] for rank in range(ranks)]
+    hosts = [Endpoint(LOOPBACK, "lo")] * ranks
+    return [argv + list(extra or []) for argv in ring_commands(hosts, str(out), port, {})]
 
 
 class LocalJob:
