@@ -25,7 +25,7 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import RemoteController
 
-from incastlab.clean import clean_state
+from incastlab.clean import clean, clean_state
 from incastlab.lock import RunLock
 from incastlab.preflight import Capabilities, run_preflight
 from incastlab.state import RunState
@@ -105,6 +105,12 @@ class Fabric:
             controller_port=self.controller_port, need_netem=bool(self.topo.delay),
             congestion_control=self.congestion_control, lock=self.lock)
         self.lock.acquire(str(self.run_dir) if self.run_dir else None)
+        # Holding the lock, any other recorded fabric belongs to a run that died without
+        # tearing down (SIGKILL, power loss): remove its leftovers before they collide.
+        removed, _live = clean()
+        if removed:
+            self.capabilities.notices.append(
+                "removed leftovers of a crashed run: " + ", ".join(removed))
         if self.run_dir is None:
             import tempfile
             self.run_dir = Path(tempfile.mkdtemp(prefix="incastlab-fabric-"))
