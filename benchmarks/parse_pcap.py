@@ -1,0 +1,326 @@
+"""Benchmark: pcap -> per-packet table with the project parser, Scapy, dpkt and tshark.
+
+    sudo .venv/bin/python benchmarks/parse_pcap.py [--pcap FILE] [--packets 600000]
+         [--big 5000000] [--scapy-subset 30000] [--workdir /tmp/incastlab-bench]
+
+What it does
+  1. Unless --pcap is given, makes a REAL capture: `tcpdump -i lo -s 128 -c N` while
+     iperf3 (or, without iperf3, a Python socket pair) sends TCP over 127.0.0.1 only.
+     Bounded: tcpdump stops after N packets, everything is stopped after --max-seconds.
+     Needs root for tcpdump; only the processes this script started are stopped.
+  2. Parses that capture with each parser in its own subprocess, extracting the same
+     fields (time, addresses, ports, seq, ack, flags, payload length) into a pandas
+     DataFrame, and reports packets/s and the subprocess's peak RSS (ru_maxrss).
+       project  incastlab.analysis.pcap.read_pcap(cache=False), all packets
+       dpkt     dpkt.pcap.Reader + dpkt.ethernet.Ethernet, all packets
+       tshark   `tshark -T fields` (TCP sequence analysis off) into pandas.read_csv,
+                all packets; time and memory of tshark and the reader together
+       scapy    PcapReader on the first --scapy-subset packets only; its rate is
+                extrapolated to the whole file (stated in the output)
+  3. Builds a --big packet capture by concatenating the real capture's records over and
+     over with timestamps shifted by the capture's span (so the bytes are real traffic,
+     but repeated), and parses it with the project parser alone.
+  Prints a table with each parser's rate relative to the project parser and ends with
+  one JSON line of all figures. Timings are measured, never asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+FIELDS = ["t", "src", "dst", "sport", "dport", "seq", "ack", "flags", "payload_len"]
+
+# Each parser runs as `python -c CODE PCAP LIMIT` and prints one JSON line:
+# {"packets": n, "seconds": s, "maxrss_kb": k}
+PARSERS = {
+    "project": """
+        import sys, time, json, resource
+        from incastlab.analysis.pcap import read_pcap
+        t, c = time.perf_counter(), time.process_time()
+        df = read_pcap(sys.argv[1], cache=False)
+        df = df[["t", "src", "dst", "sport", "dport", "seq", "ack", "flags", "payload_len"]]
+        dt, cpu = time.perf_counter() - t, time.process_time() - c
+        print(json.dumps({"packets": len(df), "seconds": dt, "cpu_seconds": cpu,
+                          "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+    """,
+    "dpkt": """
+        import sys, time, json, resource, socket
+        import dpkt, pandas as pd
+        t, c = time.perf_counter(), time.process_time()
+        cols = {k: [] for k in ("t", "src", "dst", "sport", "dport", "seq", "ack", "flags",
+                                "payload_len")}
+        with open(sys.argv[1], "rb") as fh:
+            for ts, buf in dpkt.pcap.Reader(fh):
+                eth = dpkt.ethernet.Ethernet(buf)
+                ip = eth.data
+                if not isinstance(ip, dpkt.ip.IP) or not isinstance(ip.data, dpkt.tcp.TCP):
+                    continue
+                tcp = ip.data
+                cols["t"].append(ts); cols["src"].append(ip.src); cols["dst"].append(ip.dst)
+                cols["sport"].append(tcp.sport); cols["dport"].append(tcp.dport)
+                cols["seq"].append(tcp.seq); cols["ack"].append(tcp.ack)
+                cols["flags"].append(tcp.flags)
+                cols["payload_len"].append(ip.len - ip.hl * 4 - tcp.off * 4)
+        df = pd.DataFrame(cols)
+        dt, cpu = time.perf_counter() - t, time.process_time() - c
+        print(json.dumps({"packets": len(df), "seconds": dt, "cpu_seconds": cpu,
+                          "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+    """,
+    "scapy": """
+        import sys, time, json, resource
+        import pandas as pd
+        from scapy.utils import PcapReader
+        from scapy.layers.inet import IP, TCP
+        limit = int(sys.argv[2])
+        t, c = time.perf_counter(), time.process_time()
+        rows = []
+        with PcapReader(sys.argv[1]) as r:
+            for i, p in enumerate(r):
+                if i >= limit:
+                    break
+                if IP in p and TCP in p:
+                    ip, tcp = p[IP], p[TCP]
+                    rows.append((float(p.time), ip.src, ip.dst, tcp.sport, tcp.dport, tcp.seq,
+                                 tcp.ack, int(tcp.flags), ip.len - ip.ihl * 4 - tcp.dataofs * 4))
+        df = pd.DataFrame(rows, columns=["t", "src", "dst", "sport", "dport", "seq", "ack",
+                                         "flags", "payload_len"])
+        dt, cpu = time.perf_counter() - t, time.process_time() - c
+        print(json.dumps({"packets": len(df), "seconds": dt, "cpu_seconds": cpu,
+                          "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+    """,
+    "tshark": """
+        import sys, time, json, resource, subprocess, io
+        import pandas as pd
+        t, c = time.perf_counter(), time.process_time()
+        cmd = ["tshark", "-n", "-r", sys.argv[1], "-o", "tcp.analyze_sequence_numbers:FALSE",
+               "-o", "tcp.calculate_timestamps:FALSE", "-Y", "tcp", "-T", "fields",
+               "-E", "separator=,", "-e", "frame.time_epoch", "-e", "ip.src", "-e", "ip.dst",
+               "-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "tcp.seq_raw",
+               "-e", "tcp.ack_raw", "-e", "tcp.flags", "-e", "tcp.len"]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        df = pd.read_csv(p.stdout, header=None, names=["t", "src", "dst", "sport", "dport",
+                                                       "seq", "ack", "flags", "payload_len"])
+        _, status, usage = __import__("os").wait4(p.pid, 0)
+        dt = time.perf_counter() - t
+        cpu = time.process_time() - c + usage.ru_utime + usage.ru_stime
+        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print(json.dumps({"packets": len(df), "seconds": dt, "cpu_seconds": cpu,
+                          "maxrss_kb": own + usage.ru_maxrss, "tshark_maxrss_kb":
+                          usage.ru_maxrss, "reader_maxrss_kb": own}))
+    """,
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _socket_pair_traffic(port: int, stop: threading.Event) -> None:
+    """Fallback traffic without iperf3: small writes with Nagle off over 127.0.0.1."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", port))
+    srv.listen(1)
+    cli = socket.create_connection(("127.0.0.1", port))
+    cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn, _ = srv.accept()
+
+    def drain():
+        while not stop.is_set():
+            if not conn.recv(1 << 16):
+                break
+    th = threading.Thread(target=drain, daemon=True)
+    th.start()
+    block = b"x" * 1400
+    try:
+        while not stop.is_set():
+            cli.sendall(block)
+    finally:
+        for s in (cli, conn, srv):
+            s.close()
+
+
+def make_capture(path: Path, packets: int, max_seconds: float) -> dict:
+    """Capture `packets` TCP packets of loopback traffic (tcpdump -s 128) into `path`."""
+    if os.geteuid() != 0:
+        sys.exit("making a capture needs root (tcpdump); pass --pcap FILE to use one")
+    if not shutil.which("tcpdump"):
+        sys.exit("tcpdump not found")
+    port = _free_port()
+    started: list[subprocess.Popen] = []
+    stop = threading.Event()
+    try:
+        dump = subprocess.Popen(["tcpdump", "-i", "lo", "-s", "128", "-B", "65536", "-U",
+                                 "-c", str(packets), "-w", str(path), f"tcp port {port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        started.append(dump)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not path.exists():  # tcpdump is listening
+            time.sleep(0.05)
+        time.sleep(0.3)
+        tool = "iperf3" if shutil.which("iperf3") else "python-socket-pair"
+        if tool == "iperf3":
+            started.append(subprocess.Popen(["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p",
+                                             str(port)], stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL))
+            time.sleep(0.5)
+            started.append(subprocess.Popen(
+                ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-N", "-l", "1400", "-b", "600M",
+                 "-P", "2", "-t", str(int(max_seconds))],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        else:
+            threading.Thread(target=_socket_pair_traffic, args=(port, stop), daemon=True).start()
+        try:
+            _, err = dump.communicate(timeout=max_seconds + 5)
+        except subprocess.TimeoutExpired:
+            dump.terminate()
+            _, err = dump.communicate(timeout=10)
+        return {"tool": tool, "tcpdump": err.decode(errors="replace").strip().splitlines()[-3:]}
+    finally:
+        stop.set()
+        for p in started:  # only what this function started, by its own handle
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+def make_big(src: Path, dst: Path, packets: int) -> dict:
+    """`packets` records made by repeating src's records, timestamps shifted by its span."""
+    data = src.read_bytes()
+    header, body = data[:24], memoryview(data)[24:]
+    endian = "<" if struct.unpack("<I", data[:4])[0] in (0xA1B2C3D4, 0xA1B23C4D) else ">"
+    offs, off = [], 0
+    while off + 16 <= len(body):
+        cap = struct.unpack_from(endian + "I", body, off + 8)[0]
+        if off + 16 + cap > len(body):
+            break
+        offs.append(off)
+        off += 16 + cap
+    n = len(offs)
+    first = struct.unpack_from(endian + "I", body, offs[0])[0]
+    last = struct.unpack_from(endian + "I", body, offs[-1])[0]
+    span = last - first + 1
+    import numpy as np
+    chunk = bytearray(body[:off])
+    ts_pos = np.asarray(offs, np.int64)
+    base = np.frombuffer(bytes(chunk), np.uint8)
+    written = 0
+    copies = 0
+    with open(dst, "wb") as fh:
+        fh.write(header)
+        while written < packets:
+            take = min(n, packets - written)
+            arr = base.copy()
+            secs = np.ndarray((len(arr) - 3,), dtype=endian + "u4", buffer=arr, strides=(1,))
+            secs[ts_pos[:take]] += copies * span
+            end = offs[take] if take < n else off
+            fh.write(arr[:end].tobytes())
+            written += take
+            copies += 1
+    return {"packets": written, "copies": copies, "source_packets": n}
+
+
+def run_parser(name: str, pcap: Path, limit: int, repeat: int = 1) -> dict:
+    """Best of `repeat` fresh subprocesses (by CPU time); each prints one JSON line."""
+    code = textwrap.dedent(PARSERS[name])
+    best = None
+    for _ in range(repeat):
+        out = subprocess.run([sys.executable, "-c", code, str(pcap), str(limit)],
+                             capture_output=True, text=True, timeout=3600)
+        if out.returncode != 0:
+            return {"error": out.stderr.strip().splitlines()[-1] if out.stderr else "failed"}
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        if best is None or r["cpu_seconds"] < best["cpu_seconds"]:
+            best = r
+    best["runs"] = repeat
+    best["rate_pps"] = best["packets"] / best["seconds"]
+    best["cpu_rate_pps"] = best["packets"] / best["cpu_seconds"]
+    return best
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pcap", type=Path, help="use this capture instead of making one")
+    ap.add_argument("--packets", type=int, default=600_000, help="packets to capture")
+    ap.add_argument("--big", type=int, default=5_000_000, help="packets in the big capture")
+    ap.add_argument("--scapy-subset", type=int, default=30_000)
+    ap.add_argument("--max-seconds", type=float, default=40.0, help="capture time bound")
+    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir())
+                    / "incastlab-bench")
+    ap.add_argument("--keep", action="store_true", help="keep the captures")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="fresh runs of the project parser (best by CPU time is kept)")
+    args = ap.parse_args(argv)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    made = {}
+    pcap = args.pcap
+    if pcap is None:
+        pcap = args.workdir / "lo.pcap"
+        made = make_capture(pcap, args.packets, args.max_seconds)
+    results = {}
+    load_before = os.getloadavg()
+    for name in ("project", "dpkt", "tshark", "scapy"):
+        if name == "tshark" and not shutil.which("tshark"):
+            results[name] = {"error": "tshark not installed"}
+            continue
+        limit = args.scapy_subset if name == "scapy" else 0
+        results[name] = run_parser(name, pcap, limit, args.repeat if name == "project" else 1)
+    total = results["project"].get("packets")
+    if "rate_pps" in results.get("scapy", {}):
+        results["scapy"]["extrapolated_seconds_full_file"] = total / results["scapy"]["rate_pps"]
+    big = args.workdir / "big.pcap"
+    info = make_big(pcap, big, args.big)
+    results["project_big"] = run_parser("project", big, 0, args.repeat)
+    if "seconds" in results["project_big"]:
+        r = results["project_big"]
+        r["file_bytes"] = big.stat().st_size
+        r.update(info)
+    pcap_bytes = pcap.stat().st_size
+    if not args.keep:
+        big.unlink(missing_ok=True)
+        if args.pcap is None:
+            pcap.unlink(missing_ok=True)
+
+    base = results["project"].get("cpu_rate_pps")
+    print(f"capture: {pcap} ({total} TCP packets, {pcap_bytes} bytes)"
+          f"{'; made with ' + made['tool'] + ' over 127.0.0.1' if made else ''}")
+    print(f"load average before/after: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f} "
+          "(2 cores shared; wall time suffers from other load, CPU time less so)")
+    print(f"{'parser':<12}{'packets':>10}{'wall s':>9}{'CPU s':>9}{'pkt/s wall':>13}"
+          f"{'pkt/s CPU':>13}{'peak RSS MB':>13}{'CPU speed vs project':>22}")
+    for name, r in results.items():
+        if "error" in r:
+            print(f"{name:<12} error: {r['error']}")
+            continue
+        ratio = r["cpu_rate_pps"] / base if base else float("nan")
+        note = " (subset, rate extrapolated)" if name == "scapy" else ""
+        note += " (repeated real records)" if name == "project_big" else ""
+        print(f"{name:<12}{r['packets']:>10}{r['seconds']:>9.2f}{r['cpu_seconds']:>9.2f}"
+              f"{r['rate_pps']:>13,.0f}{r['cpu_rate_pps']:>13,.0f}"
+              f"{r['maxrss_kb'] / 1024:>13.0f}{ratio:>21.4f}x{note}")
+    print(json.dumps({"capture": {"path": str(pcap), "packets": total, "bytes": pcap_bytes,
+                                  **made},
+                      "loadavg_before": load_before[0], "loadavg_after": os.getloadavg()[0],
+                      "results": results, "baseline_rss_note":
+                      "peak RSS includes the interpreter, numpy and pandas (~100 MB)"}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
