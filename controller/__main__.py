@@ -36,6 +36,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--idle-timeout", type=int, default=None,
                    help="spread, adaptive: idle timeout of per-flow entries, seconds "
                         "(default 10)")
+    p.add_argument("--hash-fields", default=None,
+                   help="ecmp: comma-separated fields OVS hashes when the switch speaks "
+                        "OpenFlow 1.5 (default ip_src,ip_dst,ip_proto,tcp_src,tcp_dst)")
     return p.parse_args(argv)
 
 
@@ -53,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = build_settings(args.policy, args.port, args.fabric, args.out,
                                   poll_interval=args.poll_interval, spine=args.spine,
-                                  idle_timeout=args.idle_timeout)
+                                  idle_timeout=args.idle_timeout,
+                                  hash_fields=args.hash_fields)
     except OptionError as e:
         print(f"incastlab.controller: {e}", file=sys.stderr)
         return EXIT_BAD_OPTION

@@ -31,7 +31,7 @@ from os_ken.controller.handler import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_
                                        set_ev_cls)
 from os_ken.lib import hub
 from os_ken.lib.packet import arp, ethernet, ether_types, ipv4, packet, tcp, udp
-from os_ken.ofproto import ofproto_v1_3
+from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5
 
 from incastlab.controller import paths, records
 from incastlab.controller.registry import Settings
@@ -41,6 +41,7 @@ PRIO_FLOW = 30     # exact-match 5-tuple entries of reactive policies
 PRIO_HOST = 20     # proactive: a leaf's own hosts, a spine's downlinks
 PRIO_REMOTE = 10   # a leaf's routes to other leaves' hosts (the policy's choice)
 COOKIE_FLOW = 0x1C  # marks reactive exact-match entries (FlowRemoved bookkeeping)
+OFP15 = ofproto_v1_5.OFP_VERSION
 
 _SETTINGS: Settings | None = None
 
@@ -234,10 +235,12 @@ class FabricApp(app_manager.OSKenApp):
 
     def packet_out(self, dp, in_port: int, out_port: int, data: bytes) -> None:
         parser, ofp = dp.ofproto_parser, dp.ofproto
+        # OpenFlow 1.5 (ecmp may speak it) moved in_port into a match.
+        where = ({"match": parser.OFPMatch(in_port=in_port)}
+                 if ofp.OFP_VERSION >= OFP15 else {"in_port": in_port})
         self.send(dp, parser.OFPPacketOut(datapath=dp, buffer_id=ofp.OFP_NO_BUFFER,
-                                          in_port=in_port,
                                           actions=[parser.OFPActionOutput(out_port)],
-                                          data=data))
+                                          data=data, **where))
 
     def route_new_flow(self, dp, leaf: int, in_port: int, data: bytes,
                        key: paths.FlowKey) -> None:

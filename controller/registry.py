@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 
 from incastlab.controller.fabricmap import FabricError, FabricMap, load_fabric
+from incastlab.controller.ovs_ext import DEFAULT_HASH_FIELDS, HASH_FIELDS
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ POLICIES = {
                          frozenset({"spine"})),
     "ecmp": PolicySpec("incastlab.controller.ecmp",
                        "leaves hash flows over all uplinks with an OpenFlow select group",
-                       frozenset()),
+                       frozenset({"hash_fields"})),
     "spread": PolicySpec("incastlab.controller.spread",
                          "new flows go round-robin over the spines",
                          frozenset({"idle_timeout"})),
@@ -36,7 +37,8 @@ POLICIES = {
 
 DEFAULT_POLL_INTERVAL = 0.5  # seconds
 DEFAULT_IDLE_TIMEOUT = 10    # seconds an exact-match flow entry lives without packets
-POLICY_OPTIONS = {"spine": "--spine", "idle_timeout": "--idle-timeout"}
+POLICY_OPTIONS = {"spine": "--spine", "idle_timeout": "--idle-timeout",
+                  "hash_fields": "--hash-fields"}
 
 
 class OptionError(ValueError):
@@ -53,21 +55,23 @@ class Settings:
     poll_interval: float = DEFAULT_POLL_INTERVAL  # seconds
     spine: int = 1                                # single: the spine every flow crosses
     idle_timeout: int = DEFAULT_IDLE_TIMEOUT      # reactive policies, seconds
+    hash_fields: tuple = DEFAULT_HASH_FIELDS      # ecmp: fields OVS hashes (OpenFlow 1.5)
 
 
 def build_settings(policy: str, port: int, fabric_path: str, out_dir: str,
                    poll_interval: float | None = None, spine: int | None = None,
-                   idle_timeout: int | None = None, fabric: FabricMap | None = None
-                   ) -> Settings:
+                   idle_timeout: int | None = None, hash_fields: str | None = None,
+                   fabric: FabricMap | None = None) -> Settings:
     """Validate everything and return Settings, or raise OptionError.
 
     ``fabric`` may be given directly (tests); otherwise ``fabric_path`` is read.
     Options that do not belong to the policy are refused, not ignored.
+    ``hash_fields`` is a comma-separated list of field names (ovs_ext.HASH_FIELDS).
     """
     if policy not in POLICIES:
         raise OptionError(f"--policy {policy!r} is unknown; allowed: {', '.join(POLICIES)}")
     spec = POLICIES[policy]
-    given = {"spine": spine, "idle_timeout": idle_timeout}
+    given = {"spine": spine, "idle_timeout": idle_timeout, "hash_fields": hash_fields}
     for name, value in given.items():
         if value is not None and name not in spec.options:
             users = [p for p, s in POLICIES.items() if name in s.options]
@@ -98,7 +102,14 @@ def build_settings(policy: str, port: int, fabric_path: str, out_dir: str,
             or not 1 <= idle_timeout <= 65535:
         raise OptionError(f"--idle-timeout must be an integer from 1 to 65535 seconds, "
                           f"got {idle_timeout!r}")
+    fields = DEFAULT_HASH_FIELDS
+    if hash_fields is not None:
+        fields = tuple(f.strip() for f in str(hash_fields).split(",") if f.strip())
+        unknown = [f for f in fields if f not in HASH_FIELDS]
+        if unknown or not fields or len(set(fields)) != len(fields):
+            raise OptionError(f"--hash-fields must be distinct names from "
+                              f"{', '.join(HASH_FIELDS)}; got {hash_fields!r}")
     if not os.path.isdir(out_dir):
         raise OptionError(f"--out {out_dir!r} must be an existing directory")
     return Settings(policy, port, fabric_path, fabric, out_dir, float(poll_interval),
-                    spine, idle_timeout)
+                    spine, idle_timeout, fields)

@@ -320,6 +320,39 @@ def test_ecmp_select_group_keeps_each_flow_on_one_spine(fabric, controller):
     assert_clean_log(ctl)
 
 
+def test_ecmp_explicit_hash_when_switches_speak_openflow15(fabric, controller):
+    """With OpenFlow 1.5 allowed on the bridges, the group carries OVS's selection
+    method property: hash over the 5-tuple, readable with an OpenFlow 1.5 dump."""
+    net, fmap, _ = fabric
+    bridges = [sw.name for sw in net.switches]
+    try:
+        for br in bridges:
+            subprocess.run(["ovs-vsctl", "set", "bridge", br,
+                            "protocols=OpenFlow13,OpenFlow15"], check=True)
+        ctl = controller("ecmp")
+        groups = subprocess.run(["ovs-ofctl", "-O", "OpenFlow15", "dump-groups", "lf1"],
+                                capture_output=True, text=True, check=True).stdout
+        print("\nlf1 groups (OpenFlow 1.5):", groups.strip())
+        assert "selection_method=hash,fields(ip_src,ip_dst,nw_proto,tcp_src,tcp_dst)" \
+            in groups, groups + ctl.log()
+        assert_all_pairs_ping(net)
+        for i in range(2):
+            before = spine_tx_bytes(net)
+            run_iperf(net, [("h2", "h6", 5201, 44000 + i)], seconds=1.5)
+            shares = spine_shares(delta(spine_tx_bytes(net), before))
+            assert max(shares.values()) > 0.97, shares
+        before = spine_tx_bytes(net)
+        run_iperf(net, eight_flows(cport_base=45000))
+        shares = spine_shares(delta(spine_tx_bytes(net), before))
+        print(f"8 concurrent flows, explicit hash: spine shares {shares}")
+        assert min(shares.values()) > 0.1, shares
+        check_stats(ctl.out, fmap)  # port statistics over OpenFlow 1.5 too
+        assert_clean_log(ctl)
+    finally:
+        for br in bridges:
+            subprocess.run(["ovs-vsctl", "set", "bridge", br, "protocols=OpenFlow13"])
+
+
 def data_flow_spines(rows) -> list[str]:
     """Spines of iperf3 data connections: per client/server pair the first TCP
     connection placed is iperf3's control connection, the rest carry the data."""

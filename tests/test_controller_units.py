@@ -407,3 +407,58 @@ def test_port_stats_rows_and_load(tmp_path):
         ["lf1", "5", "sp1", "1000", "3", "2", "1", "4"]]
     assert len(lines) == 5  # LOCAL is not a fabric port
     assert app.load.rate_bps(lf1.id, 5) > 0
+
+
+# ---- ECMP selection method (OpenFlow 1.5) ---------------------------------------------
+
+def test_selection_method_property_bytes():
+    import struct
+
+    from incastlab.controller import ovs_ext
+    raw = ovs_ext.selection_method_property("hash", ovs_ext.DEFAULT_HASH_FIELDS)
+    assert len(raw) % 8 == 0
+    kind, length, vendor, exp_type = struct.unpack_from("!HHII", raw)
+    entries = [(0x80001604, 4), (0x80001804, 4), (0x80001401, 1), (0x80001A02, 2),
+               (0x80001C02, 2)]  # OXM IPV4_SRC, IPV4_DST, IP_PROTO, TCP_SRC, TCP_DST
+    assert (kind, length, vendor, exp_type) == (0xFFFF, 40 + 33, 0x154D, 1)
+    assert raw[16:32].rstrip(b"\0") == b"hash" and raw[32:40] == bytes(8)
+    offset = 40
+    for header, size in entries:  # header, then an all-ones "hash the whole field" mask
+        assert struct.unpack_from("!I", raw, offset)[0] == header
+        assert raw[offset + 4:offset + 4 + size] == b"\xff" * size
+        offset += 4 + size
+    assert raw[offset:] == bytes(80 - 73)
+    with pytest.raises(ValueError, match="unknown hash fields"):
+        ovs_ext.selection_method_property("hash", ["ip_src", "bogus"])
+
+
+def test_hash_fields_option(fabric_file, tmp_path):
+    s = build_settings("ecmp", 6653, fabric_file, str(tmp_path), hash_fields="ip_src, ip_dst")
+    assert s.hash_fields == ("ip_src", "ip_dst")
+    for bad in ("ip_src,bogus", "", "ip_src,ip_src"):
+        with pytest.raises(OptionError, match="--hash-fields must be distinct names from"):
+            build_settings("ecmp", 6653, fabric_file, str(tmp_path), hash_fields=bad)
+    with pytest.raises(OptionError, match="--hash-fields applies only to policy ecmp"):
+        build_settings("single", 6653, fabric_file, str(tmp_path), hash_fields="ip_src")
+
+
+def test_ecmp_on_openflow15_sets_the_hash_explicitly(tmp_path):
+    from os_ken.ofproto import ofproto_v1_5, ofproto_v1_5_parser
+
+    from incastlab.controller.ecmp import EcmpApp
+    f = fmap(2, 2, 4)
+    settings = build_settings("ecmp", 6653, "fabric.json", str(tmp_path), fabric=f)
+    app = EcmpApp(settings=settings)
+    dp = DummyDatapath(f.leaves[1].dpid)
+    dp.ofproto, dp.ofproto_parser = ofproto_v1_5, ofproto_v1_5_parser
+    app._switch_features(SimpleNamespace(msg=SimpleNamespace(datapath=dp)))
+    group = [m for m in dp.of("OFPGroupMod") if m.command == dp.ofproto.OFPGC_ADD][0]
+    assert [b.bucket_id for b in group.buckets] == [0, 1]
+    assert [outputs(b) for b in group.buckets] == [[("OFPActionOutput", 5)],
+                                                  [("OFPActionOutput", 6)]]
+    assert group.properties[0].fields == ("ip_src", "ip_dst", "ip_proto", "tcp_src", "tcp_dst")
+    assert b"hash" in bytes(group.buf)  # the property made it into the message
+    # and the 1.5 packet-out carries in_port in a match
+    app.packet_out(dp, 3, 5, b"\0" * 60)
+    assert dp.of("OFPPacketOut")[-1].match["in_port"] == 3
+    app.close()
