@@ -102,7 +102,9 @@ def add_dist_args(p: argparse.ArgumentParser) -> None:
                    help="directory for the JSON-lines log DIR/<rank>.jsonl (created if missing)")
     p.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
                    help="deadline of every rendezvous, send, receive and collective, in "
-                        "seconds; a peer silent for longer is an error (default: 60)")
+                        "seconds; a peer silent for longer is an error, so make it longer "
+                        "than the slowest legitimate wait, e.g. a straggler's step "
+                        "(default: 60)")
     p.add_argument("--threads", type=positive_int, default=1,
                    help="torch intra-op threads (default: 1, so many ranks share few cores)")
 
@@ -240,28 +242,56 @@ def _first_line(exc: BaseException) -> str:
 def run_main(prog: str, log: JsonLog, rank: int, body: Callable[[], None]) -> int:
     """Run `body`; on failure write an `error` event and one stderr line, exit non-zero.
 
-    The process then leaves with os._exit, because gloo's background threads and a
-    half-closed process group can otherwise keep it alive (a hang is what we avoid).
-    SIGTERM is turned into the same clean error path.
+    Exit status 1 for an error, 128+N for signal N (SIGTERM, SIGINT). The process then
+    leaves with os._exit, because gloo's background threads and a half-closed process
+    group can otherwise keep it alive (a hang is what we avoid). Signals are noticed by a
+    watcher thread, so they act at once even while the main thread is blocked inside a
+    gloo wait (where Python signal handlers would not run until the wait returns).
     """
-    def on_signal(signum: int, _frame: Any) -> None:
-        raise PeerError(f"terminated by signal {signal.Signals(signum).name}")
-
-    signal.signal(signal.SIGTERM, on_signal)
+    _watch_signals(prog, log, rank)
     try:
         body()
     except BaseException as exc:  # noqa: B036 - everything, including KeyboardInterrupt
         message = _first_line(exc) if isinstance(exc, PeerError) else (
             f"{type(exc).__name__}: {_first_line(exc)}")
-        try:
-            log.write("error", t=time.time(), message=message)
-            log.close()
-        finally:
-            sys.stderr.write(f"{prog}: error: rank {rank}: {message}\n")
-            sys.stderr.flush()
-            sys.stdout.flush()
-            os._exit(EXIT_RUNTIME_ERROR)
-    log.close()
+        _fail(prog, log, rank, message, EXIT_RUNTIME_ERROR)
+    with _FAIL_LOCK:  # a late signal must not cut the log's last line in half
+        log.close()
     sys.stdout.flush()
     sys.stderr.flush()
     return 0
+
+
+_FAIL_LOCK = threading.Lock()
+
+
+def _fail(prog: str, log: JsonLog, rank: int, message: str, status: int) -> None:
+    """Log the error, say it on stderr in one line, and leave now (first caller wins)."""
+    _FAIL_LOCK.acquire()  # never released: whoever gets here first ends the process
+    try:
+        log.write("error", t=time.time(), message=message)
+        log.close()
+    except Exception:  # the log may already be closed; stderr still tells
+        pass
+    finally:
+        sys.stderr.write(f"{prog}: error: rank {rank}: {message}\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(status)
+
+
+def _watch_signals(prog: str, log: JsonLog, rank: int) -> None:
+    # Python's C-level handler writes the signal number to the wakeup fd from whichever
+    # thread the kernel picked; the watcher reads it without needing the main thread.
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: None)
+
+    def watch() -> None:
+        signum = os.read(read_fd, 1)[0]
+        _fail(prog, log, rank, f"terminated by signal {signal.Signals(signum).name}",
+              128 + signum)
+
+    threading.Thread(target=watch, name="signal-watcher", daemon=True).start()

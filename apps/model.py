@@ -7,7 +7,7 @@ of a fixed permutation), so data parallelism is real and every run sees the same
 
 The model is a two-hidden-layer MLP 64 -> H -> H -> 10 with ReLU, whose parameter count
 is H^2 + 76 H + 10; `hidden_width()` picks H for a requested size, from about 0.005 M
-(H = 40) to 20 M (H = 4,434) parameters. Parameters and gradients travel as one flat
+(H = 42) to 20 M (H = 4,434) parameters. Parameters and gradients travel as one flat
 float32 tensor of `param_count` elements, i.e. `4 * param_count` bytes.
 """
 from __future__ import annotations

@@ -143,7 +143,10 @@ def wait_for_iterations(path: Path, count: int, deadline: float) -> None:
     pytest.fail(f"{path} never reached {count} iterations")
 
 
-@pytest.mark.parametrize("how", ["kill", "hang"])
+SIGNALS = {"kill": signal.SIGKILL, "hang": signal.SIGSTOP, "term": signal.SIGTERM}
+
+
+@pytest.mark.parametrize("how", sorted(SIGNALS))
 def test_dead_or_hung_worker_makes_others_fail_within_timeout(tmp_path: Path, how: str
                                                               ) -> None:
     timeout = 4.0
@@ -156,7 +159,13 @@ def test_dead_or_hung_worker_makes_others_fail_within_timeout(tmp_path: Path, ho
         wait_for_iterations(tmp_path / "2.jsonl", 3, time.monotonic() + 60)
         victim = job.procs[2]
         t_fault = time.monotonic()
-        os.killpg(victim.pid, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+        os.killpg(victim.pid, SIGNALS[how])
+        if how == "term":  # the victim itself leaves at once, logging why, even mid-wait
+            assert victim.wait(5) == 128 + signal.SIGTERM
+            assert job.stderr(2).strip() == \
+                "incastlab.apps.ps: error: rank 2: terminated by signal SIGTERM"
+            assert events(read_jsonl(tmp_path / "2.jsonl"), "error")[0]["message"] == \
+                "terminated by signal SIGTERM"
         others = [0, 1, 3]
         for r in others:
             job.procs[r].wait(timeout + 10)  # raises TimeoutExpired on a hang
@@ -171,3 +180,20 @@ def test_dead_or_hung_worker_makes_others_fail_within_timeout(tmp_path: Path, ho
             assert len(err) == 1 and err[0]["message"] in lines[0]
         if how == "hang":  # the others noticed the hang by the deadline, not by a reset
             assert elapsed >= timeout - 0.5
+
+
+def test_sigterm_acts_while_blocked_in_a_gloo_wait(tmp_path: Path) -> None:
+    """With the server frozen, a worker sits in a 30 s receive; SIGTERM still ends it now."""
+    argv = ps_argv(2, tmp_path, free_port(), 1,
+                   ["--model-size", "0.02", "--iterations", "100000", "--timeout", "30"])
+    with LocalJob(tmp_path) as job:
+        for rank, a in enumerate(argv):
+            job.start(rank, a)
+        wait_for_iterations(tmp_path / "1.jsonl", 3, time.monotonic() + 60)
+        os.killpg(job.procs[0].pid, signal.SIGSTOP)
+        time.sleep(0.5)  # let worker 1 reach its blocking receive
+        t0 = time.monotonic()
+        os.killpg(job.procs[1].pid, signal.SIGTERM)
+        assert job.procs[1].wait(10) == 128 + signal.SIGTERM
+        assert time.monotonic() - t0 < 3
+        assert "terminated by signal SIGTERM" in job.stderr(1)
