@@ -222,8 +222,9 @@ def run_client(args: argparse.Namespace, log: common.JsonLog) -> None:
               param_count=None, gradient_bytes=None, t=time.time(), senders=n,
               block_bytes=args.block_size, rto_min_ms=args.rto_min_ms,
               **common.host_info(args.iface), options=common.options(args))
+    t0 = time.time()
     socks = connect_all(args.servers, args.timeout)
-    log.write("ready", t=time.time(), servers=names)
+    log.write("ready", t=time.time(), init_s=time.time() - t0, servers=names)
     total = 0
     try:
         for r in range(args.rounds):
