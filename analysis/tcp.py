@@ -96,13 +96,29 @@ def data_flows(tcp: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _index(tcp: pd.DataFrame) -> dict:
+    """{(iface, src, dst, sport, dport): row positions}, built once per frame."""
+    cached = getattr(tcp, "_incastlab_flow_index", None)
+    if cached is not None and cached[0] == len(tcp):
+        return cached[1]
+    if len(tcp):
+        idx = tcp.groupby(["iface", *FLOW_KEY], observed=True, sort=False).indices
+        idx = {(str(k[0]), *(int(x) for x in k[1:])): v for k, v in idx.items()}
+    else:
+        idx = {}
+    object.__setattr__(tcp, "_incastlab_flow_index", (len(tcp), idx))
+    return idx
+
+
 def _flow_packets(tcp, key, iface):
-    src, dst, sport, dport = key
-    at = tcp[tcp["iface"] == iface] if iface is not None else tcp
-    fwd = at[(at["src"] == src) & (at["dst"] == dst) & (at["sport"] == sport)
-             & (at["dport"] == dport)].sort_values("t", kind="stable")
-    rev = at[(at["src"] == dst) & (at["dst"] == src) & (at["sport"] == dport)
-             & (at["dport"] == sport)].sort_values("t", kind="stable")
+    """(forward, reverse) packets of a flow at one capture point, each sorted by time."""
+    src, dst, sport, dport = (int(x) for x in key)
+    idx = _index(tcp)
+    empty = np.empty(0, np.int64)
+    f = idx.get((str(iface), src, dst, sport, dport), empty)
+    r = idx.get((str(iface), dst, src, dport, sport), empty)
+    fwd = tcp.iloc[f].sort_values("t", kind="stable")
+    rev = tcp.iloc[r].sort_values("t", kind="stable")
     return fwd, rev
 
 
@@ -146,25 +162,23 @@ def retransmissions(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
         if len(cand) == 0:
             continue
         # capture duplicates: same seq, len and IP id as an earlier packet
-        seen = {}
-        for i in range(len(rel)):
-            seen.setdefault((rel[i], ln[i], ipid[i]), i)
-        cand = [i for i in cand if seen[(rel[i], ln[i], ipid[i])] == i or ipid[i] == 0]
+        dup = pd.DataFrame({"r": rel, "l": ln, "i": ipid}).duplicated(keep="first").to_numpy()
+        cand = [i for i in cand if not dup[i] or ipid[i] == 0]
         all_t = np.sort(np.concatenate([fwd["t"].to_numpy(), rev["t"].to_numpy()]))
         at = acks["t"].to_numpy()
         pure = ((acks["payload_len"].to_numpy() == 0)
                 & ((acks["flags"].to_numpy() & (SYN | FIN | RST)) == 0))
-        ack_times = {}
-        for a_rel, a_t in zip(ack_rel[pure], at[pure], strict=True):
-            ack_times.setdefault(int(a_rel), []).append(a_t)
+        # pure ACKs sorted by (ack number, time): dup-ACK counts by binary search
+        order = np.lexsort((at[pure], ack_rel[pure]))
+        pa, pt = ack_rel[pure][order], at[pure][order]
         cum_ack = np.maximum.accumulate(ack_rel) if len(ack_rel) else ack_rel
         ep_end, ep_id, ep_kind = -np.inf, None, None
         for i in cand:
             ti = t[i]
             k = np.searchsorted(all_t, ti, "left")
             gap = float(ti - all_t[k - 1]) if k > 0 else np.inf
-            times = ack_times.get(int(rel[i]), [])
-            n_same = int(np.searchsorted(times, ti, "left"))
+            lo, hi = np.searchsorted(pa, rel[i], "left"), np.searchsorted(pa, rel[i], "right")
+            n_same = int(np.searchsorted(pt[lo:hi], ti, "left"))
             dupacks = max(n_same - 1, 0)
             tail = bool(end[i] >= snd_max[i])
             in_episode = ti < ep_end
