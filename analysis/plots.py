@@ -69,12 +69,18 @@ def queue_occupancy(queues_d: pd.DataFrame, ports: list[str], t0: float, path,
 
 
 def flow_throughput(series: pd.DataFrame, t0: float, path, top_n: int = TOP_N) -> Path | None:
-    """Per-flow throughput (Mbit/s) over time; top N flows by bytes, the rest grey."""
+    """Per-flow throughput (Mbit/s) over time: the top N flows by bytes as lines (the
+    rest grey), and with more than 4 flows a heat map of every flow below."""
     if series.empty:
         return None
     total = series.groupby("flow")["mbps"].sum().sort_values(ascending=False)
     top = list(total.index[:top_n])
-    fig, ax = plt.subplots(figsize=(10, 4))
+    heat = len(total) > 4
+    fig, axes = plt.subplots(2 if heat else 1, 1, squeeze=False, sharex=True,
+                             figsize=(10, 4 + (0.25 * len(total) + 1 if heat else 0)),
+                             gridspec_kw={"height_ratios": [4, 0.25 * len(total) + 1]}
+                             if heat else None)
+    ax = axes[0, 0]
     for flow, g in series.groupby("flow"):
         if flow not in top:
             ax.plot(g["t"] - t0, g["mbps"], color="0.75", lw=0.6)
@@ -84,10 +90,24 @@ def flow_throughput(series: pd.DataFrame, t0: float, path, top_n: int = TOP_N) -
     if len(total) > top_n:
         ax.plot([], [], color="0.75", label=f"{len(total) - top_n} other flows")
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("time since run start (s)")
-    ax.set_ylabel(f"throughput (Mbit/s, {series.attrs.get('bin_s', 0) * 1000:.0f} ms bins)")
-    ax.set_title("Per-flow throughput at the sender")
+    unit = f"Mbit/s, {series.attrs.get('bin_s', 0) * 1000:.0f} ms bins"
+    ax.set_ylabel(f"throughput ({unit})")
+    ax.set_title(f"Per-flow throughput at the sender ({len(total)} flows)")
     _legend_outside(ax)
+    if heat:
+        hx = axes[1, 0]
+        wide = series.pivot_table(index="flow", columns="t", values="mbps", aggfunc="sum")
+        wide = wide.reindex(total.index)
+        ts = wide.columns.to_numpy() - t0
+        step = float(np.median(np.diff(ts))) if len(ts) > 1 else 1.0
+        im = hx.imshow(wide.to_numpy(), aspect="auto", interpolation="nearest", cmap="viridis",
+                       extent=(ts[0], ts[-1] + step, len(wide) - 0.5, -0.5), vmin=0)
+        hx.set_yticks(range(len(wide)), wide.index, fontsize="x-small")
+        fig.colorbar(im, ax=hx, label="Mbit/s", fraction=0.03, pad=0.01)
+        hx.set_title("every flow (rows sorted by bytes)", fontsize="small", loc="left")
+        axes[-1, 0].set_xlabel("time since run start (s)")
+    else:
+        ax.set_xlabel("time since run start (s)")
     return _save(fig, path)
 
 
