@@ -311,10 +311,11 @@ def compare_bars(table: pd.DataFrame, metric: str, path, unit: str = "") -> Path
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(t) + 2), 3.5))
     err = t["ci95"].fillna(0).to_numpy()
     ax.bar(range(len(t)), t["mean"], yerr=err, capsize=4, color="tab:blue")
-    ax.set_xticks(range(len(t)), t["group"], rotation=30, ha="right", fontsize="small")
+    labels = [f"{g}\n(n={n})" for g, n in zip(t["group"], t["n"], strict=True)]
+    ax.set_xticks(range(len(t)), labels, rotation=30, ha="right", fontsize="small")
     ax.set_ylabel(f"{metric}{f' ({unit})' if unit else ''}")
     ax.set_ylim(bottom=min(0, float((t["mean"] - err).min())))
-    ax.set_title(f"{metric}: mean and 95 % CI over repetitions (n on bars)")
-    for i, (m, n) in enumerate(zip(t["mean"], t["n"], strict=True)):
-        ax.text(i, m, f"n={n}", ha="center", va="bottom", fontsize="x-small")
+    ax.axhline(0, color="k", lw=0.5)
+    ax.set_title(f"{metric}: mean and 95 % CI (t-distribution) over repetitions",
+                 fontsize="medium")
     return _save(fig, path)
