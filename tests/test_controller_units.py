@@ -3,6 +3,7 @@ against a dummy datapath that captures the OpenFlow messages it would be sent.""
 from __future__ import annotations
 
 import json
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -462,3 +463,56 @@ def test_ecmp_on_openflow15_sets_the_hash_explicitly(tmp_path):
     app.packet_out(dp, 3, 5, b"\0" * 60)
     assert dp.of("OFPPacketOut")[-1].match["in_port"] == 3
     app.close()
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_every_policy_on_a_star(tmp_path, policy):
+    import importlib
+    f = fabric_from_dict(StarTopo(senders=3).fabric_map())
+    settings = build_settings(policy, 6653, "fabric.json", str(tmp_path), fabric=f)
+    module = importlib.import_module(POLICIES[policy].module)
+    app_cls = next(v for v in vars(module).values()
+                   if isinstance(v, type) and v.__module__ == module.__name__)
+    app = app_cls(settings=settings)
+    dp = DummyDatapath(f.leaves[1].dpid)
+    app._switch_features(SimpleNamespace(msg=SimpleNamespace(datapath=dp)))
+    assert {m.match["ipv4_dst"]: outputs(m) for m in flows(dp, 20)} == {
+        f"10.0.1.{k}": [("OFPActionOutput", k)] for k in range(1, 5)}
+    assert flows(dp, 10) == [] and not [m for m in dp.of("OFPGroupMod")
+                                        if m.command == dp.ofproto.OFPGC_ADD]
+    finish_barriers(app, {dp.id: dp})
+    assert json.loads((tmp_path / "controller_ready.json").read_text())["switches"] == [dp.id]
+    app.close()
+
+
+def test_launcher_listens_on_loopback_only_and_stops_on_sigterm(fabric_file, tmp_path):
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "incastlab.controller", "--policy", "ecmp",
+                             "--port", str(port), "--fabric", fabric_file,
+                             "--out", str(tmp_path)], start_new_session=True)
+    try:
+        deadline = time.time() + 20
+        listening = []
+        while time.time() < deadline and not listening:
+            with open("/proc/net/tcp") as f:  # state 0A = LISTEN
+                listening = [line.split()[1] for line in f.readlines()[1:]
+                             if line.split()[3] == "0A"
+                             and line.split()[1].endswith(f":{port:04X}")]
+            time.sleep(0.1)
+        assert listening == [f"0100007F:{port:04X}"]  # 127.0.0.1 only
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log = (tmp_path / "controller.log").read_text()
+    assert "policy ecmp on 127.0.0.1" in log and "Traceback" not in log
+    assert (tmp_path / "port_stats.csv").read_text().startswith("t,switch,port,peer,")
