@@ -17,7 +17,7 @@ import pandas as pd
 
 from .pcap import ip_to_str
 from .queues import path_ports, port_roles, queue_deltas
-from .rundir import host_by_ip
+from .rundir import host_by_ip, spine_lookup
 
 COLUMNS = ["iface", "start", "end", "duration_s", "max_backlog_pkts", "limit_pkts", "drops",
            "n_senders", "senders", "n_flows", "rtos", "incast"]
@@ -38,10 +38,7 @@ def incast_episodes(queues: pd.DataFrame, fabric: dict | None = None,
     data = None
     if tcp is not None and len(tcp):
         data = tcp[tcp["payload_len"] > 0].sort_values("t", kind="stable")
-    spines = {}
-    if flow_paths is not None and not flow_paths.empty:
-        for r in flow_paths.itertuples(index=False):
-            spines[(str(r.src_ip), str(r.dst_ip), int(r.src_port), int(r.dst_port))] = r.spine
+    spine_of = spine_lookup(flow_paths)
     rows = []
     for iface, g in dq.groupby("iface", sort=True):
         g = g.sort_values("t")
@@ -70,7 +67,7 @@ def incast_episodes(queues: pd.DataFrame, fabric: dict | None = None,
                 for f in active.itertuples(index=False):
                     src, dst = ip_to_str(f.src), ip_to_str(f.dst)
                     sh, dh = ip_host.get(src), ip_host.get(dst)
-                    spine = spines.get((src, dst, int(f.sport), int(f.dport)))
+                    spine = spine_of(src, dst, f.sport, f.dport)
                     if sh and dh and iface in path_ports(fabric, sh, dh, spine):
                         flows.append((f.src, f.dst, f.sport, f.dport))
                         senders.add(sh)

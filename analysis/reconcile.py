@@ -14,7 +14,7 @@ import pandas as pd
 
 from .pcap import ip_to_str
 from .queues import path_ports, queue_deltas
-from .rundir import counter_delta, host_by_ip
+from .rundir import counter_delta, host_by_ip, spine_lookup
 
 # nstat counters worth showing next to the captures (name -> meaning)
 KERNEL_COUNTERS = {
@@ -27,6 +27,24 @@ KERNEL_COUNTERS = {
     "TcpExtTCPLostRetransmit": "retransmissions lost again",
     "TcpExtTCPSynRetrans": "SYN retransmissions (not in the data-packet count)",
 }
+
+
+def capture_drop_total(manifest: dict) -> int | None:
+    """Packets tcpdump reported dropped (kernel + interface), summed over captures.
+
+    manifest['capture_drops'] is {iface: {captured, received, dropped_by_kernel,
+    dropped_by_interface, ...}} (plain numbers are accepted too); None if absent."""
+    drops = manifest.get("capture_drops")
+    if not isinstance(drops, dict) or not drops:
+        return None
+    total = 0
+    for v in drops.values():
+        if isinstance(v, dict):
+            total += sum(int(v.get(k) or 0) for k in ("dropped_by_kernel",
+                                                       "dropped_by_interface"))
+        elif isinstance(v, (int, float)):
+            total += int(v)
+    return total
 
 
 def attribute_losses(lost: pd.DataFrame, fabric: dict, queues: pd.DataFrame,
@@ -48,10 +66,7 @@ def attribute_losses(lost: pd.DataFrame, fabric: dict, queues: pd.DataFrame,
     ip_host = host_by_ip(fabric)
     dq = queue_deltas(queues) if not queues.empty else pd.DataFrame(
         columns=["t", "iface", "d_drops", "dt"])
-    spines = {}
-    if flow_paths is not None and not flow_paths.empty:
-        for r in flow_paths.itertuples(index=False):
-            spines[(str(r.src_ip), str(r.dst_ip), int(r.src_port), int(r.dst_port))] = r.spine
+    spine_of = spine_lookup(flow_paths)
     for idx, r in out.iterrows():
         src, dst = ip_to_str(r["src"]), ip_to_str(r["dst"])
         sh, dh = ip_host.get(src), ip_host.get(dst)
@@ -59,7 +74,7 @@ def attribute_losses(lost: pd.DataFrame, fabric: dict, queues: pd.DataFrame,
             out.at[idx, "port"] = f"?->{dst}"
             out.at[idx, "attributed_by"] = "no-fabric"
             continue
-        spine = spines.get((src, dst, int(r["sport"]), int(r["dport"])))
+        spine = spine_of(src, dst, r["sport"], r["dport"])
         cands = path_ports(fabric, sh, dh, spine)
         best, best_drops = None, 0.0
         if len(dq):
@@ -157,9 +172,7 @@ def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
     n_spur = int(pd.Series(spurious).fillna(False).astype(bool).sum()) \
         if spurious is not None and len(spurious) else 0
     k = {name: counter_delta(counters, name) for name in KERNEL_COUNTERS}
-    cap_drops = manifest.get("capture_drops") or {}
-    cap_drop_total = sum(v for v in cap_drops.values() if isinstance(v, (int, float))) \
-        if isinstance(cap_drops, dict) else None
+    cap_drop_total = capture_drop_total(manifest)
     rows = [
         ("packets dropped", "tc queue counters (sum of ports)", tc_drops,
          "qdisc drop counters, last minus first sample"),

@@ -64,12 +64,23 @@ def _time_range(manifest, queues, tcp_df, workers):
     return float(t0), float(t1)
 
 
-def analyse(run_dir, rto_threshold_s: float = tcp.DEFAULT_RTO_THRESHOLD_S,
-            cache: bool = True) -> Analysis:
+def rto_threshold_from_spec(spec: dict) -> float:
+    """Silence (s) that marks a retransmission as an RTO: 90 % of the run's
+    `workload.rto_min_ms` when the spec sets one, else tcp.DEFAULT_RTO_THRESHOLD_S
+    (the kernel's 200 ms floor less 10 %)."""
+    rto_ms = (spec.get("workload") or {}).get("rto_min_ms")
+    try:
+        return 0.9 * float(rto_ms) / 1000 if rto_ms else tcp.DEFAULT_RTO_THRESHOLD_S
+    except (TypeError, ValueError):
+        return tcp.DEFAULT_RTO_THRESHOLD_S
+
+
+def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -> Analysis:
     """Read a run directory and compute every table and headline metric.
 
-    `rto_threshold_s`: silence before a retransmission that makes it an RTO (s).
-    `cache`: keep/use Parquet caches of parsed pcaps next to them.
+    `rto_threshold_s`: silence before a retransmission that makes it an RTO (s); default
+    from the spec (`rto_threshold_from_spec`). `cache`: keep/use Parquet caches of
+    parsed pcaps next to them.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -78,9 +89,20 @@ def analyse(run_dir, rto_threshold_s: float = tcp.DEFAULT_RTO_THRESHOLD_S,
     spec = rundir.load_spec(run_dir)
     fabric = rundir.load_fabric(run_dir)
     status, reason = rundir.run_status(manifest)
+    if rto_threshold_s is None:
+        rto_threshold_s = rto_threshold_from_spec(spec)
     missing, problems = {}, []
     if not manifest:
         problems.append("manifest.json is missing: the run's status is unknown.")
+    cpu = manifest.get("cpu") if isinstance(manifest.get("cpu"), dict) else {}
+    if cpu.get("saturated"):
+        problems.append("The CPU was saturated during the workload "
+                        f"({cpu.get('rule', '')}): the emulation may have dropped or "
+                        "delayed packets no counter shows; treat these numbers with care.")
+    lossy = manifest.get("capture_lossy") or []
+    if lossy:
+        problems.append(f"tcpdump dropped packets on {', '.join(map(str, lossy))}: losses "
+                        "inferred from those captures are overstated by the capture drops.")
     if not fabric["hosts"]:
         missing["fabric"] = "no fabric.json: losses are not attributed to ports and spine " \
             "balance cannot be computed"
@@ -461,15 +483,16 @@ font-style:italic}img{max-width:100%;display:block;margin:.5em 0}pre{background:
 padding:.5em;overflow:auto;font-size:.8em}"""
 
 
-def build_report(run_dir, out_dir=None, rto_threshold_s: float = tcp.DEFAULT_RTO_THRESHOLD_S,
+def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
                  cache: bool = True, plots: bool = True) -> dict[str, Path]:
     """Analyse `run_dir` and write metrics.json, summary.md, report.html and plots/*.png.
 
     Outputs go to `out_dir` (default: the run directory itself, as the run-directory
     contract says; raw files are never touched). Returns {'metrics', 'summary', 'report':
-    Path, 'plots': [Path]}. Raises FileNotFoundError if run_dir does not exist;
-    otherwise missing inputs are reported inside the outputs. `plots=False` skips the
-    figures (a quick rebuild of the numbers).
+    Path, 'plots': [Path]} (also keyed 'metrics.json', 'summary.md', 'report.html').
+    Raises FileNotFoundError if run_dir does not exist; otherwise missing inputs are
+    reported inside the outputs. `rto_threshold_s`: see `analyse`. `plots=False` skips
+    the figures (a quick rebuild of the numbers).
     """
     a = analyse(run_dir, rto_threshold_s=rto_threshold_s, cache=cache)
     out = Path(out_dir) if out_dir else a.run_dir
@@ -520,4 +543,7 @@ def build_report(run_dir, out_dir=None, rto_threshold_s: float = tcp.DEFAULT_RTO
     report_path = out / "report.html"
     report_path.write_text(page)
     return {"metrics": metrics_path, "summary": summary_path, "report": report_path,
-            "plots": [p for p in figs.values() if p]}
+            "plots": [p for p in figs.values() if p],
+            # the same paths under their file names, for callers that look them up so
+            "metrics.json": metrics_path, "summary.md": summary_path,
+            "report.html": report_path}

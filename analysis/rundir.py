@@ -257,3 +257,46 @@ def egress_iface(fabric: dict, switch: str, peer: str) -> str | None:
 def host_by_ip(fabric: dict) -> dict[str, str]:
     """{ip: host name} from fabric.json."""
     return {h["ip"]: name for name, h in fabric.get("hosts", {}).items() if h.get("ip")}
+
+
+def spine_lookup(flow_paths: pd.DataFrame):
+    """A function (src_ip, dst_ip, sport, dport) -> spine name or None from flow_paths.csv.
+
+    The controller may record a placement per 5-tuple or per address pair (ports empty);
+    the last placement wins. Spines given as numbers become names (`sp{j}`, as in
+    topologies.naming).
+    """
+    exact, pair = {}, {}
+    if flow_paths is not None and not flow_paths.empty:
+        for r in flow_paths.itertuples(index=False):
+            spine = _spine_name(getattr(r, "spine", None))
+            if spine is None:
+                continue
+            src, dst = str(r.src_ip), str(r.dst_ip)
+            sp, dp = _port(getattr(r, "src_port", None)), _port(getattr(r, "dst_port", None))
+            if sp is not None and dp is not None:
+                exact[(src, dst, sp, dp)] = spine
+            else:
+                pair[(src, dst)] = spine
+
+    def lookup(src, dst, sport, dport):
+        return exact.get((src, dst, int(sport), int(dport))) or pair.get((src, dst))
+    return lookup
+
+
+def _spine_name(x):
+    if x is None or (isinstance(x, float) and x != x) or str(x).strip() == "":
+        return None
+    text = str(x).strip()
+    try:
+        return naming.spine_name(int(float(text)))
+    except ValueError:
+        return text
+
+
+def _port(x):
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return int(v) if v == v else None

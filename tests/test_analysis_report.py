@@ -181,3 +181,42 @@ def test_report_rebuild_is_idempotent_and_raw_files_untouched(demo, tmp_path):
     build_report(run, plots=False)
     assert before == {p: p.stat().st_mtime_ns for p in (run / "pcap").glob("*.pcap")}
     assert q.equals(pd.read_csv(run / "queues.csv"))
+
+
+def test_runner_shaped_manifest_and_controller_files(tmp_path):
+    """flow_paths.csv with spine numbers and no ports, tcpdump stats per capture and a
+    CPU summary in the manifest, as the runner and controller write them."""
+    run = tmp_path / "shaped"
+    make_demo_run(run)
+    (run / "flow_paths.csv").write_text(
+        "t,src_ip,dst_ip,proto,src_port,dst_port,spine,policy\n"
+        "1700000000.0,10.0.1.1,10.0.2.1,,,,1,single\n"
+        "1700000000.0,10.0.1.2,10.0.2.1,,,,2,single\n")
+    m = json.loads((run / "manifest.json").read_text())
+    m["capture_drops"] = {"h1-eth0": {"captured": 40, "received": 40, "dropped_by_kernel": 0,
+                                      "dropped_by_interface": 0, "exit_status": 0},
+                          "h3-eth0": {"captured": 40, "received": 43, "dropped_by_kernel": 3,
+                                      "dropped_by_interface": 0, "exit_status": 0}}
+    m["capture_lossy"] = ["h3-eth0"]
+    m["cpu"] = {"saturated": True, "rule": "test rule"}
+    (run / "manifest.json").write_text(json.dumps(m))
+    a = analyse(run)
+    assert set(a.tables["losses"]["port"]) == {"lf2-eth1"}
+    assert a.metrics["reconciliation"]["capture_drops"] == 3
+    text = " ".join(a.problems)
+    assert "CPU was saturated" in text and "tcpdump dropped packets on h3-eth0" in text
+    assert a.tables["episodes"].iloc[0]["n_senders"] == 2
+
+
+def test_spine_lookup_and_rto_threshold_from_spec():
+    from incastlab.analysis.report import rto_threshold_from_spec
+    from incastlab.analysis.rundir import spine_lookup
+    fp = pd.DataFrame({"t": [1.0, 2.0, 3.0], "src_ip": ["a", "a", "b"], "dst_ip": ["c", "c", "c"],
+                       "proto": [6, 6, None], "src_port": [1, 1, None],
+                       "dst_port": [2, 2, None], "spine": ["sp1", 2, "1"], "policy": "x"})
+    look = spine_lookup(fp)
+    assert look("a", "c", 1, 2) == "sp2"     # the last placement wins
+    assert look("b", "c", 9, 9) == "sp1"     # address-pair placement, spine by number
+    assert look("z", "c", 1, 2) is None
+    assert rto_threshold_from_spec({}) == pytest.approx(0.18)
+    assert rto_threshold_from_spec({"workload": {"rto_min_ms": 1}}) == pytest.approx(0.0009)
