@@ -155,7 +155,8 @@ def _natural(name: str):
 
 def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
               retrans: pd.DataFrame, spurious: pd.Series | None, counters: pd.DataFrame,
-              manifest: dict, captured_flows: int = 0, fabric: dict | None = None) -> dict:
+              manifest: dict, captured_flows: int = 0, fabric: dict | None = None,
+              both_ends_flows: int | None = None) -> dict:
     """The run's reconciliation: totals from every source, per-port and per-host tables,
     and notes explaining the differences.
 
@@ -164,13 +165,16 @@ def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
     """
     fabric = fabric or {}
     tc_drops = float(queue_summary["drops"].sum()) if len(queue_summary) else None
-    cap_losses = int(len(attributed)) if captured_flows else None
+    # losses (and spurious retransmissions) need flows captured at both ends
+    both = captured_flows if both_ends_flows is None else both_ends_flows
+    cap_losses = int(len(attributed)) if both else None
     cap_retrans = int(len(retrans)) if captured_flows else None
     n_rto = int((retrans["event"] & (retrans["kind"] == "rto")).sum()) if len(retrans) else 0
     n_tlp = int((retrans["kind"] == "tlp").sum()) if len(retrans) else 0
     n_fast = int((retrans["event"] & (retrans["kind"] == "fast")).sum()) if len(retrans) else 0
     n_spur = int(pd.Series(spurious).fillna(False).astype(bool).sum()) \
         if spurious is not None and len(spurious) else 0
+    n_spur = n_spur if both else None
     k = {name: counter_delta(counters, name) for name in KERNEL_COUNTERS}
     cap_drop_total = capture_drop_total(manifest)
     rows = [
@@ -191,7 +195,7 @@ def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
         ("tail-loss probes", "captures", n_tlp if captured_flows else None,
          "tail segment resent < RTO floor"),
         ("spurious retransmissions", "captures (data had already arrived)",
-         n_spur if captured_flows else None, "needs a receiver-side capture"),
+         n_spur, "needs a receiver-side capture"),
         ("spurious retransmissions", "kernel TcpExtTCPDSACKRecv", k["TcpExtTCPDSACKRecv"],
          KERNEL_COUNTERS["TcpExtTCPDSACKRecv"]),
         ("capture drops", "tcpdump (manifest)", cap_drop_total,
@@ -231,6 +235,9 @@ def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
                 msg += f", and tcpdump dropped {cap_drop_total} packets"
             msg += "."
         notes.append(msg)
+    if captured_flows and not both:
+        notes.append("No flow was captured at both ends, so losses and spurious "
+                     "retransmissions cannot be inferred from the captures.")
     if cap_retrans is not None and cap_losses is not None:
         notes.append(
             f"Retransmissions ({cap_retrans}) minus losses ({cap_losses}) = "
@@ -241,7 +248,7 @@ def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
                "capture_retrans": cap_retrans, "capture_rto": n_rto if captured_flows else None,
                "capture_fast": n_fast if captured_flows else None,
                "capture_tlp": n_tlp if captured_flows else None,
-               "capture_spurious": n_spur if captured_flows else None,
+               "capture_spurious": n_spur,
                "kernel": {name: v for name, v in k.items()}, "capture_drops": cap_drop_total}
     return {"totals": totals,
             "ports": port_table(queue_summary, attributed),

@@ -58,10 +58,21 @@ def _time_range(manifest, queues, tcp_df, workers):
                 if len(v):
                     starts.append(float(v.min()))
                     ends.append(float(v.max()))
-    t0 = manifest.get("start") if isinstance(manifest.get("start"), (int, float)) else None
-    t0 = t0 if t0 is not None else (min(starts) if starts else 0.0)
-    t1 = max(ends) if ends else (manifest.get("end") or t0)
-    return float(t0), float(t1)
+    start = manifest.get("start") if isinstance(manifest.get("start"), (int, float)) else None
+    first = min(starts) if starts else None
+    note = None
+    if start is not None and (first is None or -1.0 <= first - start <= 86_400):
+        t0 = float(start)
+    elif first is not None:
+        t0 = first
+        if start is not None:
+            note = (f"manifest start ({start:.3f}) does not match the data (first sample "
+                    f"{first:.3f}); times are relative to the first sample")
+    else:
+        t0 = 0.0
+    end = manifest.get("end") if isinstance(manifest.get("end"), (int, float)) else None
+    t1 = max(ends) if ends else (end if end is not None else t0)
+    return float(t0), float(t1), note
 
 
 def rto_threshold_from_spec(spec: dict) -> float:
@@ -161,7 +172,9 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
     episodes = ep.incast_episodes(queues, fabric, tcp_df, retrans, flow_paths)
     recon = rec.reconcile(queue_summary=qsum, attributed=attributed, retrans=retrans,
                           spurious=spurious, counters=counters, manifest=manifest,
-                          captured_flows=len(flows), fabric=fabric)
+                          captured_flows=len(flows), fabric=fabric,
+                          both_ends_flows=int(flows["receiver_iface"].notna().sum())
+                          if len(flows) else 0)
 
     # training
     iters = training.iterations(workers)
@@ -179,7 +192,9 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
         for _, e in errs.iterrows():
             problems.append(f"worker {e.get('file')} reported an error: {e.get('message')}")
 
-    t0, t1 = _time_range(manifest, queues, tcp_df, workers)
+    t0, t1, note = _time_range(manifest, queues, tcp_df, workers)
+    if note:
+        problems.append(note)
     a = Analysis(run_dir, manifest, spec, fabric, status, reason, t0, t1,
                  missing=missing, problems=problems)
     a.tables = {"queues_d": qd, "queue_summary": qsum, "flows": fsum, "throughput": tput,

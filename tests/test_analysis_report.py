@@ -199,8 +199,10 @@ def test_runner_shaped_manifest_and_controller_files(tmp_path):
                                       "dropped_by_interface": 0, "exit_status": 0}}
     m["capture_lossy"] = ["h3-eth0"]
     m["cpu"] = {"saturated": True, "rule": "test rule"}
+    m["start"] = 1.0  # a clock that does not match the data: times fall back to the data
     (run / "manifest.json").write_text(json.dumps(m))
     a = analyse(run)
+    assert a.t0 == pytest.approx(1_700_000_000.0) and "does not match" in " ".join(a.problems)
     assert set(a.tables["losses"]["port"]) == {"lf2-eth1"}
     assert a.metrics["reconciliation"]["capture_drops"] == 3
     text = " ".join(a.problems)
