@@ -59,37 +59,51 @@ def attribute_losses(lost: pd.DataFrame, fabric: dict, queues: pd.DataFrame,
     the receiver's leaf port ('last-hop'); without fabric.json, '?->dst' ('no-fabric').
     """
     out = lost.copy()
-    out["port"] = None
-    out["attributed_by"] = None
     if out.empty:
-        return out
+        return out.assign(port=pd.Series(dtype=object), attributed_by=pd.Series(dtype=object))
     ip_host = host_by_ip(fabric)
-    dq = queue_deltas(queues) if not queues.empty else pd.DataFrame(
-        columns=["t", "iface", "d_drops", "dt"])
+    # per port: sample times and cumulative drop increases, for O(log n) window sums
+    drops_at = {}
+    max_dt = 0.0
+    if not queues.empty:
+        dq = queue_deltas(queues)
+        max_dt = float(dq["dt"].max())
+        for iface, g in dq.groupby("iface"):
+            g = g.sort_values("t")
+            drops_at[iface] = (g["t"].to_numpy(), np.concatenate([[0.0],
+                                                                  np.cumsum(g["d_drops"])]))
     spine_of = spine_lookup(flow_paths)
-    for idx, r in out.iterrows():
-        src, dst = ip_to_str(r["src"]), ip_to_str(r["dst"])
+    paths = {}
+    ports, how = [], []
+    for r in out.itertuples(index=False):
+        src, dst = ip_to_str(r.src), ip_to_str(r.dst)
         sh, dh = ip_host.get(src), ip_host.get(dst)
         if not sh or not dh:
-            out.at[idx, "port"] = f"?->{dst}"
-            out.at[idx, "attributed_by"] = "no-fabric"
+            ports.append(f"?->{dst}")
+            how.append("no-fabric")
             continue
-        spine = spine_of(src, dst, r["sport"], r["dport"])
-        cands = path_ports(fabric, sh, dh, spine)
+        spine = spine_of(src, dst, r.sport, r.dport)
+        if (sh, dh, spine) not in paths:
+            paths[(sh, dh, spine)] = path_ports(fabric, sh, dh, spine)
+        cands = paths[(sh, dh, spine)]
         best, best_drops = None, 0.0
-        if len(dq):
-            # a drop at time t shows in the first sample taken after t
-            win = dq[(dq["t"] >= r["t"]) & (dq["t"] <= r["t"] + window_s + dq["dt"].max())
-                     & dq["iface"].isin(cands)]
-            if len(win):
-                per = win.groupby("iface")["d_drops"].sum()
-                if per.max() > 0:
-                    best, best_drops = per.idxmax(), float(per.max())
-        if best is not None and best_drops > 0:
-            out.at[idx, "port"], out.at[idx, "attributed_by"] = best, "queue-drops"
+        for c in cands:  # a drop at time t shows in the first sample taken after t
+            if c not in drops_at:
+                continue
+            ts, cum = drops_at[c]
+            lo = np.searchsorted(ts, r.t, "left")
+            hi = np.searchsorted(ts, r.t + window_s + max_dt, "right")
+            d = cum[hi] - cum[lo]
+            if d > best_drops:
+                best, best_drops = c, d
+        if best is not None:
+            ports.append(best)
+            how.append("queue-drops")
         else:
-            out.at[idx, "port"] = cands[-1] if cands else f"?->{dst}"
-            out.at[idx, "attributed_by"] = "last-hop"
+            ports.append(cands[-1] if cands else f"?->{dst}")
+            how.append("last-hop")
+    out["port"] = ports
+    out["attributed_by"] = how
     return out
 
 

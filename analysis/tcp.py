@@ -273,36 +273,36 @@ def losses(tcp: pd.DataFrame, flows: pd.DataFrame | None = None) -> pd.DataFrame
         lo, hi = r_times.min(), r_times.max()
         st = sdata["t"].to_numpy()
         sid = sdata["ip_id"].to_numpy().astype(np.int64)
-        rid = rdata["ip_id"].to_numpy().astype(np.int64)
-        rln = rdata["payload_len"].to_numpy().astype(np.int64)
         use_id = bool((sid != 0).any())
-        recv = {}
-        for k in zip(rrel, rln, rid if use_id else np.zeros(len(rid), np.int64), strict=True):
-            recv[k] = recv.get(k, 0) + 1
+        keys = ["rel", "len", "id"]
         snd_max = np.concatenate([[np.iinfo(np.int64).min],
                                   np.maximum.accumulate(srel + sln)[:-1]])
-        # lost copies are attributed to the *last* transmissions of a (seq,len) key
-        order = np.arange(len(srel))[::-1] if not use_id else np.arange(len(srel))
-        sent = set()
-        for i in order:
-            if not (lo - 1e-3 <= st[i] <= hi):
-                continue
-            k = (srel[i], sln[i], sid[i] if use_id else 0)
-            if use_id:
-                if k in sent:  # a duplicate of the sender-side capture, not a new copy
-                    continue
-                sent.add(k)
-            if recv.get(k, 0) > 0:
-                recv[k] -= 1
-                continue
-            rows.append({"flow": f.flow, "src": f.src, "dst": f.dst, "sport": f.sport,
-                         "dport": f.dport, "sender_iface": f.sender_iface,
-                         "receiver_iface": f.receiver_iface, "t": float(st[i]),
-                         "seq": int(srel[i]), "len": int(sln[i]), "ip_id": int(sid[i]),
-                         "retransmission": bool(srel[i] < snd_max[i])})
-    out = pd.DataFrame(rows, columns=["flow", "src", "dst", "sport", "dport", "sender_iface",
-                                      "receiver_iface", "t", "seq", "len", "ip_id",
-                                      "retransmission"])
+        sent = pd.DataFrame({"rel": srel, "len": sln, "id": sid if use_id else 0, "t": st,
+                             "retransmission": srel < snd_max})
+        sent = sent[(st >= lo - 1e-3) & (st <= hi)]
+        if use_id:  # the same packet twice in the sender-side capture counts once
+            sent = sent.drop_duplicates(keys, keep="first")
+        recv = pd.DataFrame({"rel": rrel,
+                             "len": rdata["payload_len"].to_numpy().astype(np.int64),
+                             "id": rdata["ip_id"].to_numpy().astype(np.int64)
+                             if use_id else 0})
+        counts = recv.groupby(keys).size().rename("received")
+        sent = sent.join(counts, on=keys)
+        sent["received"] = sent["received"].fillna(0)
+        # copies of one key that arrived are matched to its latest transmissions, so the
+        # lost ones are the earliest (the original, not the retransmission that got through)
+        from_last = sent.groupby(keys).cumcount(ascending=False)
+        lost = sent[from_last >= sent["received"]]
+        rows.append(pd.DataFrame({
+            "flow": f.flow, "src": f.src, "dst": f.dst, "sport": f.sport, "dport": f.dport,
+            "sender_iface": f.sender_iface, "receiver_iface": f.receiver_iface,
+            "t": lost["t"].to_numpy(), "seq": lost["rel"].to_numpy(),
+            "len": lost["len"].to_numpy(), "ip_id": lost["id"].to_numpy(),
+            "retransmission": lost["retransmission"].to_numpy()}))
+    cols = ["flow", "src", "dst", "sport", "dport", "sender_iface", "receiver_iface", "t",
+            "seq", "len", "ip_id", "retransmission"]
+    rows = [r for r in rows if len(r)]
+    out = pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
     return out.sort_values("t", kind="stable").reset_index(drop=True)
 
 
@@ -325,11 +325,16 @@ def spurious_retransmissions(tcp: pd.DataFrame, retrans: pd.DataFrame,
         rrel = _unwrap(rdata["seq"].to_numpy(), base)
         rend = rrel + rdata["payload_len"].to_numpy()
         rt = rdata["t"].to_numpy()
+        by_start = pd.Series(np.arange(len(rrel))).groupby(rrel).indices if len(rrel) else {}
         for idx in sel:
-            r = retrans.loc[idx]
-            before = rt < r["t"]
-            out[idx] = bool(((rrel[before] <= r["seq"])
-                             & (rend[before] >= r["seq"] + r["len"])).any())
+            seq, ln, t = (retrans.at[idx, c] for c in ("seq", "len", "t"))
+            same = by_start.get(seq)
+            if same is not None and ((rend[same] >= seq + ln) & (rt[same] < t)).any():
+                out[idx] = True
+                continue
+            # re-segmented data: any earlier delivered packet covering the whole range
+            before = rt < t
+            out[idx] = bool(((rrel[before] <= seq) & (rend[before] >= seq + ln)).any())
     return out
 
 

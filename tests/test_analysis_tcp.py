@@ -88,3 +88,20 @@ def test_empty_input():
     assert tcp.losses(empty).empty and tcp.flow_summary(empty).empty
     assert tcp.retrans_summary(retrans)["retrans_packets"] == 0
     assert tcp.throughput_series(empty).empty
+
+
+def test_zero_ip_ids_degrade_as_documented(tmp_path):
+    """Without IP ids a capture duplicate cannot be told from a retransmission: it is
+    counted as one (and, at the receiver, as one lost copy); everything else holds."""
+    from scapy.layers.inet import IP
+    script, truth = scenario_tcp()
+    for _, pkt in script.sender + script.receiver:
+        pkt[IP].id = 0
+    script.write(tmp_path / "h1-eth0.pcap", tmp_path / "h2-eth0.pcap")
+    pcaps = {n: read_pcap(tmp_path / f"{n}.pcap", cache=False) for n in ("h1-eth0", "h2-eth0")}
+    t = tcp.combine(pcaps)
+    lost = tcp.losses(t)
+    assert list(lost["seq"]) == truth["lost_seqs"] + [13 * MSS]
+    assert not lost["retransmission"].iloc[:3].any()  # the originals, not the resends
+    retrans, _ = tcp.retransmissions(t)
+    assert len(retrans) == truth["retrans"] + 1
