@@ -68,7 +68,8 @@ class FabricApp(app_manager.OSKenApp):
         self._barriers = {}          # dpid -> xid of the barrier after proactive rules
         self._installed = set()      # dpids whose barrier came back
         self._ready_written = False
-        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()   # os-ken's set_xid is not atomic
+        self._lock = threading.Lock()        # guards _placements (event thread, poller)
         self._placements = {}        # FlowKey -> spine, both directions of placed flows
         self.load = records.PortLoad()
         out = self.settings.out_dir
@@ -105,7 +106,7 @@ class FabricApp(app_manager.OSKenApp):
     # ---- helpers ------------------------------------------------------------------
     def send(self, dp, msg) -> None:
         # set_xid in os-ken is not atomic; the poller thread sends too.
-        with self._lock:
+        with self._send_lock:
             dp.send_msg(msg)
 
     def add_flow(self, dp, priority: int, match, actions, idle_timeout: int = 0,
@@ -136,7 +137,7 @@ class FabricApp(app_manager.OSKenApp):
         self.logger.info("switch %s (%016x) connected", switch.name, dp.id)
         self.install_proactive(dp, switch)
         barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
-        with self._lock:
+        with self._send_lock:
             dp.set_xid(barrier)
             self._barriers[dp.id] = barrier.xid
             dp.send_msg(barrier)
