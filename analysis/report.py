@@ -318,6 +318,21 @@ def _fmt(v, nd=3):
     return str(v)
 
 
+TIME_COLUMNS = ("t", "start", "end", "t_first", "t_last", "last_data", "stall_start",
+                "t_start", "t_end")
+
+
+def _rel(df: pd.DataFrame, t0: float) -> pd.DataFrame:
+    """A copy for display with epoch-second columns made relative to the run start."""
+    if df is None or df.empty:
+        return df
+    out = df.copy()
+    for c in TIME_COLUMNS:
+        if c in out and pd.api.types.is_numeric_dtype(out[c]):
+            out[c] = out[c] - t0
+    return out
+
+
 def _signed(v):
     return "n/a" if v is None else f"{v:+.3g} s"
 
@@ -383,10 +398,14 @@ def _sections(a: Analysis, figs: dict) -> list[tuple[str, str, str]]:
     if t["queue_summary"].empty:
         out.append(("Queues", *none(a.missing.get("queues", "no queue samples"))))
     else:
-        out.append(("Queues", _img(figs.get("queues"), "queue occupancy")
-                    + _df_html(t["queue_summary"].head(12)),
-                    _df_md(t["queue_summary"][["iface", "kind", "drops", "max_backlog_pkts",
-                                               "sent_bytes"]].head(12))))
+        qs = _rel(t["queue_summary"], a.t0)
+        busy = qs[(qs["drops"] > 0) | (qs["sent_bytes"] > 0) | (qs["max_backlog_pkts"] > 0)]
+        idle = len(qs) - len(busy)
+        note = f"<p class='none'>{idle} idle port(s) not listed.</p>" if idle else ""
+        out.append(("Queues (times in s since run start)",
+                    _img(figs.get("queues"), "queue occupancy") + _df_html(busy) + note,
+                    _df_md(busy[["iface", "kind", "drops", "max_backlog_pkts",
+                                 "sent_bytes"]].head(12))))
 
     # incast episodes
     e = t["episodes"]
@@ -404,8 +423,9 @@ def _sections(a: Analysis, figs: dict) -> list[tuple[str, str, str]]:
         out.append(("Flows", *none(a.missing.get("pcap") or a.missing.get("flows")
                                    or "no flows")))
     else:
-        fl = t["flows"].drop(columns=["src", "dst", "sport", "dport"])
-        out.append(("Flows", _img(figs.get("throughput"), "throughput") + _df_html(fl),
+        fl = _rel(t["flows"], a.t0).drop(columns=["src", "dst", "sport", "dport"])
+        out.append(("Flows (times in s since run start)",
+                    _img(figs.get("throughput"), "throughput") + _df_html(fl),
                     _df_md(fl[["flow", "bytes", "retrans_packets", "fct_s",
                                "goodput_mbps"]])))
     r = t["retrans"]
@@ -424,7 +444,8 @@ def _sections(a: Analysis, figs: dict) -> list[tuple[str, str, str]]:
                     + _img(figs.get("retransmissions"), "retransmissions")
                     + "<h3>Recovery episodes (s since run start)</h3>" + _df_html(eps)
                     + "<h3>Losses between capture points</h3>"
-                    + (_df_html(t["losses"].drop(columns=["src", "dst", "sport", "dport"]))
+                    + (_df_html(_rel(t["losses"], a.t0).drop(
+                        columns=["src", "dst", "sport", "dport"]))
                        if "losses" not in a.missing else none(a.missing["losses"])[0]),
                     txt + "\n\n" + _df_md(eps)))
         del r
@@ -447,8 +468,8 @@ def _sections(a: Analysis, figs: dict) -> list[tuple[str, str, str]]:
         hit = it[(it["rtos"] > 0) | (it["losses"] > 0) | (it["tc_drops"] > 0)]
         out.append(("Training: iteration time", f"<p>{html.escape(txt)}</p>"
                     + _img(figs.get("iterations"), "iterations")
-                    + "<h3>Iterations with network events</h3>"
-                    + _df_html(hit.drop(columns=["file"])), txt + "\n"))
+                    + "<h3>Iterations with network events (s since run start)</h3>"
+                    + _df_html(_rel(hit, a.t0).drop(columns=["file"])), txt + "\n"))
     if len(t["staleness"]) or len(t["loss_curve"]):
         out.append(("Training: staleness and loss", _img(figs.get("staleness"), "staleness")
                     + (none("no staleness values")[0] if not len(t["staleness"]) else "")
@@ -464,8 +485,9 @@ def _sections(a: Analysis, figs: dict) -> list[tuple[str, str, str]]:
         out.append(("Ring all-reduce vs bound", f"<p>{txt}</p>" + _img(figs.get("ring"), "ring"),
                     txt + "\n"))
     if len(t["rounds"]):
-        out.append(("Incast benchmark goodput", _img(figs.get("incast"), "incast")
-                    + _df_html(t["rounds"]), _df_md(t["rounds"])))
+        rounds = _rel(t["rounds"], a.t0)
+        out.append(("Incast benchmark goodput (s since run start)",
+                    _img(figs.get("incast"), "incast") + _df_html(rounds), _df_md(rounds)))
 
     # balance
     if t["balance"].empty:
