@@ -516,3 +516,23 @@ def test_launcher_listens_on_loopback_only_and_stops_on_sigterm(fabric_file, tmp
     log = (tmp_path / "controller.log").read_text()
     assert "policy ecmp on 127.0.0.1" in log and "Traceback" not in log
     assert (tmp_path / "port_stats.csv").read_text().startswith("t,switch,port,peer,")
+
+
+def test_ready_file_is_written_atomically(tmp_path):
+    from incastlab.controller import records
+    path = records.write_ready(str(tmp_path), [3, 1, 2], 12.5)
+    assert json.loads(open(path).read()) == {"switches": [1, 2, 3], "t": 12.5}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["controller_ready.json"]
+
+
+def test_port_load_window():
+    from incastlab.controller.records import PortLoad
+    load = PortLoad()
+    load.update(1, 5, 10.0, 0)
+    assert load.rate_bps(1, 5) == 0.0            # one sample: no window yet
+    load.update(1, 5, 10.5, 1_250_000)           # 10 Mbit in 0.5 s
+    assert load.rate_bps(1, 5) == pytest.approx(20e6)
+    assert load.utilisation({(1, 5): 40.0, (1, 6): 40.0}) == {
+        (1, 5): pytest.approx(0.5), (1, 6): 0.0}
+    load.update(1, 5, 11.0, 100)                 # counter reset: keep the last rate
+    assert load.rate_bps(1, 5) == pytest.approx(20e6)
