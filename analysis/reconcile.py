@@ -54,9 +54,14 @@ def attribute_losses(lost: pd.DataFrame, fabric: dict, queues: pd.DataFrame,
 
     For each lost packet the candidate ports are the egress ports of its path
     (`queues.path_ports`; the spine from flow_paths.csv when the controller recorded
-    one, else every spine). The port chosen is the candidate whose tc drop counter rose
-    most in the queue samples covering [t, t + window_s] ('queue-drops'); if none rose,
-    the receiver's leaf port ('last-hop'); without fabric.json, '?->dst' ('no-fabric').
+    one, else every spine). Captures on switch ports along the path narrow them: a
+    capture on egress port X that saw the lost packet puts the drop after X, one that
+    saw the flow but not this packet puts it at or before X. The port chosen is the
+    candidate whose tc drop counter rose most in the queue samples covering
+    [t, t + window_s] ('queue-drops'); else the last candidate the captures leave (the
+    captured port itself when it did not see the packet) ('captures'); else the last
+    candidate, the receiver's leaf port ('last-hop'); without fabric.json, '?->dst'
+    ('no-fabric').
     """
     out = lost.copy()
     if out.empty:
@@ -86,6 +91,13 @@ def attribute_losses(lost: pd.DataFrame, fabric: dict, queues: pd.DataFrame,
         if (sh, dh, spine) not in paths:
             paths[(sh, dh, spine)] = path_ports(fabric, sh, dh, spine)
         cands = paths[(sh, dh, spine)]
+        narrowed = False
+        via = [v for v in (getattr(r, "via", "") or "").split(",") if v in cands]
+        seen = set((getattr(r, "seen_at", "") or "").split(","))
+        for v in via:  # a capture on egress port v sees what left v's queue
+            k = cands.index(v)
+            cands = cands[k + 1:] if v in seen else cands[:k + 1]
+            narrowed = True
         best, best_drops = None, 0.0
         for c in cands:  # a drop at time t shows in the first sample taken after t
             if c not in drops_at:
@@ -99,6 +111,9 @@ def attribute_losses(lost: pd.DataFrame, fabric: dict, queues: pd.DataFrame,
         if best is not None:
             ports.append(best)
             how.append("queue-drops")
+        elif narrowed and cands:
+            ports.append(cands[-1])
+            how.append("captures")
         else:
             ports.append(cands[-1] if cands else f"?->{dst}")
             how.append("last-hop")

@@ -80,11 +80,13 @@ def data_flows(tcp: pd.DataFrame) -> pd.DataFrame:
     """Flows (directional) that carry payload, with the capture that sees each first.
 
     Columns: src, dst, sport, dport, flow, sender_iface (earliest first data packet),
-    receiver_iface (latest first data packet, if another capture saw the flow).
+    receiver_iface (latest first data packet, if another capture saw the flow), via
+    (comma-separated captures in between, e.g. a spine port, in path order).
     """
     data = tcp[tcp["payload_len"] > 0]
     if data.empty:
-        return pd.DataFrame(columns=[*FLOW_KEY, "flow", "sender_iface", "receiver_iface"])
+        return pd.DataFrame(columns=[*FLOW_KEY, "flow", "sender_iface", "receiver_iface",
+                                     "via"])
     first = (data.groupby([*FLOW_KEY, "iface"], observed=True)["t"].min()
              .reset_index().sort_values("t", kind="stable"))
     rows = []
@@ -92,7 +94,8 @@ def data_flows(tcp: pd.DataFrame) -> pd.DataFrame:
         ifaces = list(g["iface"].astype(str))
         rows.append({**dict(zip(FLOW_KEY, key, strict=True)), "flow": flow_name(*key),
                      "sender_iface": ifaces[0],
-                     "receiver_iface": ifaces[-1] if len(ifaces) > 1 else None})
+                     "receiver_iface": ifaces[-1] if len(ifaces) > 1 else None,
+                     "via": ",".join(ifaces[1:-1])})
     return pd.DataFrame(rows)
 
 
@@ -251,7 +254,8 @@ def losses(tcp: pd.DataFrame, flows: pd.DataFrame | None = None) -> pd.DataFrame
 
     Columns: flow, src, dst, sport, dport, sender_iface, receiver_iface, t (sent, s),
     seq (relative), len, ip_id, retransmission (the lost copy was itself a
-    retransmission).
+    retransmission), via (captures between sender and receiver side that saw the flow),
+    seen_at (those of them that saw this lost copy: it was dropped after them).
     """
     flows = data_flows(tcp) if flows is None else flows
     rows = []
@@ -293,14 +297,28 @@ def losses(tcp: pd.DataFrame, flows: pd.DataFrame | None = None) -> pd.DataFrame
         # lost ones are the earliest (the original, not the retransmission that got through)
         from_last = sent.groupby(keys).cumcount(ascending=False)
         lost = sent[from_last >= sent["received"]]
+        # intermediate capture points that did see the lost copy (it was dropped after)
+        seen_at = [""] * len(lost)
+        via = [v for v in (getattr(f, "via", "") or "").split(",") if v]
+        for v in via:
+            vfwd, vrev = _flow_packets(tcp, key, v)
+            vdata = vfwd[vfwd["payload_len"] > 0]
+            vk = pd.DataFrame({"rel": _unwrap(vdata["seq"].to_numpy(), base),
+                               "len": vdata["payload_len"].to_numpy().astype(np.int64),
+                               "id": vdata["ip_id"].to_numpy().astype(np.int64)
+                               if use_id else 0})
+            hit = pd.MultiIndex.from_frame(lost[keys]).isin(pd.MultiIndex.from_frame(vk))
+            seen_at = [(a + "," + v).lstrip(",") if h else a
+                       for a, h in zip(seen_at, hit, strict=True)]
         rows.append(pd.DataFrame({
             "flow": f.flow, "src": f.src, "dst": f.dst, "sport": f.sport, "dport": f.dport,
             "sender_iface": f.sender_iface, "receiver_iface": f.receiver_iface,
             "t": lost["t"].to_numpy(), "seq": lost["rel"].to_numpy(),
             "len": lost["len"].to_numpy(), "ip_id": lost["id"].to_numpy(),
-            "retransmission": lost["retransmission"].to_numpy()}))
+            "retransmission": lost["retransmission"].to_numpy(),
+            "via": ",".join(via), "seen_at": seen_at}))
     cols = ["flow", "src", "dst", "sport", "dport", "sender_iface", "receiver_iface", "t",
-            "seq", "len", "ip_id", "retransmission"]
+            "seq", "len", "ip_id", "retransmission", "via", "seen_at"]
     rows = [r for r in rows if len(r)]
     out = pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
     return out.sort_values("t", kind="stable").reset_index(drop=True)

@@ -222,3 +222,31 @@ def test_spine_lookup_and_rto_threshold_from_spec():
     assert look("z", "c", 1, 2) is None
     assert rto_threshold_from_spec({}) == pytest.approx(0.18)
     assert rto_threshold_from_spec({"workload": {"rto_min_ms": 1}}) == pytest.approx(0.0009)
+
+
+def test_switch_port_capture_narrows_where_packets_were_lost(tmp_path):
+    """A capture on the spine->leaf port between sender and receiver: lost packets it saw
+    were dropped after it (the receiver's leaf port, where tc counted drops); the one it
+    did not see was dropped at or before it."""
+    from scapy.layers.inet import IP
+    from scapy.utils import rdpcap
+
+    from incastlab.analysis.synthetic import write_pcap
+    run = tmp_path / "spine"
+    truth = make_demo_run(run)
+    t0 = 1_700_000_000.0
+    pkts = []
+    for p in rdpcap(str(run / "pcap" / "h1-eth0.pcap")):
+        ip = p[IP]
+        if ip.src == "10.0.1.1" and len(ip.payload.payload) and ip.id == 115:
+            continue  # the lost original of seq 11000 never reached the spine port
+        pkts.append((float(p.time) - t0 + 0.0002, ip))
+    write_pcap(run / "pcap" / "sp1-eth2.pcap", pkts, t0)
+    a = analyse(run)
+    lost = a.tables["losses"].set_index("seq")
+    assert len(lost) == truth["losses"]
+    assert lost.loc[3000, "seen_at"] == "sp1-eth2" and lost.loc[11000, "seen_at"] == ""
+    assert lost.loc[3000, "port"] == "lf2-eth1" and lost.loc[10000, "port"] == "lf2-eth1"
+    assert (lost.loc[11000, "port"], lost.loc[11000, "attributed_by"]) == ("sp1-eth2", "captures")
+    flows = a.tables["flows"].set_index("flow")
+    assert flows.loc["10.0.1.1:40000>10.0.2.1:29500", "sender_iface"] == "h1-eth0"
