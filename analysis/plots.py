@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 import pandas as pd  # noqa: E402
 
 TOP_N = 8
@@ -158,6 +159,7 @@ def iteration_breakdown(iters: pd.DataFrame, path) -> Path | None:
             a1.scatter(hx, g.loc[hx, "duration_s"] * 1.05, marker="v", color="red",
                        label="iteration with an RTO", zorder=3)
     a1.set_xlabel("iteration")
+    a1.xaxis.set_major_locator(MaxNLocator(integer=True))
     a1.set_ylabel("time (s, mean over workers)")
     a1.set_ylim(bottom=0)
     a1.set_title("Where the iteration time went")
@@ -180,6 +182,8 @@ def staleness_hist(values: pd.Series, path) -> Path | None:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     v = values.astype(int)
     ax.bar(*np.unique(v, return_counts=True), color="tab:purple", width=0.8)
+    ax.set_xlim(min(-0.5, v.min() - 0.5), max(4.5, v.max() + 0.5))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("staleness (model versions behind)")
     ax.set_ylabel("gradients")
     ax.set_title(f"Gradient staleness (mean {values.mean():.2f}, max {values.max():.0f})")
@@ -248,6 +252,7 @@ def ring_vs_bound(ring: pd.DataFrame, path) -> Path | None:
     if len(b):
         ax.axhline(b.iloc[0], color="k", ls="--", label=f"bound 2(N-1)/N·M/B = {b.iloc[0]:.3f} s")
     ax.set_xlabel("iteration")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("all-reduce time (s)")
     ax.set_ylim(bottom=0)
     ax.set_title("Ring all-reduce time vs the bandwidth-optimal bound")

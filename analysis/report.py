@@ -181,7 +181,9 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
     host_ips = {h: v["ip"] for h, v in fabric["hosts"].items()}
     iters_ev = training.with_network_events(iters, lost, retrans, qd, host_ips)
     steps = training.steps(iters)
-    stale = training.staleness(workers)
+    # staleness exists only where a parameter server applies gradients
+    stale = training.staleness(workers) if training.run_mode(workers) not in (
+        "ring", "gloo", "incast") else pd.Series(dtype=float)
     curve = training.loss_curve(workers)
     ring = training.ring_bound(workers, fabric)
     rounds = training.incast_rounds(workers)

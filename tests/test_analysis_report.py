@@ -250,3 +250,30 @@ def test_switch_port_capture_narrows_where_packets_were_lost(tmp_path):
     assert (lost.loc[11000, "port"], lost.loc[11000, "attributed_by"]) == ("sp1-eth2", "captures")
     flows = a.tables["flows"].set_index("flow")
     assert flows.loc["10.0.1.1:40000>10.0.2.1:29500", "sender_iface"] == "h1-eth0"
+
+
+def test_ring_allreduce_against_bound(tmp_path):
+    from incastlab.analysis.synthetic import demo_fabric
+    t0 = 1_700_000_000.0
+    workers = {}
+    for rank in range(4):
+        ev = [{"event": "start", "role": "ring", "rank": rank, "world_size": 4, "mode": "ring",
+               "param_count": 250_000, "gradient_bytes": 1_000_000, "iface": f"h{rank + 1}-eth0",
+               "host": "box", "t": t0}]
+        ev += [{"event": "iteration", "iteration": i, "t_start": t0 + 2 * i,
+                "t_end": t0 + 2 * i + 1.6, "compute_s": 0.1, "comm_s": 1.5, "wait_s": None,
+                "allreduce_s": 1.5, "bytes_sent": 1_500_000, "bytes_recv": 1_500_000,
+                "model_version": i, "staleness": 0, "loss": 1.0 / (i + 1)} for i in range(5)]
+        workers[rank] = ev
+    run = make_run_dir(tmp_path / "ring", workers=workers, fabric=demo_fabric(), t0=t0)
+    paths = build_report(run)
+    m = json.loads(paths["metrics"].read_text())
+    # 2 (N-1)/N * M / B = 2 * 3/4 * 1e6 B / (10 Mbit/s = 1.25e6 B/s) = 1.2 s
+    assert m["ring"]["bound_s"] == pytest.approx(1.2)
+    assert m["ring"]["ratio_mean"] == pytest.approx(1.25)
+    assert m["headline"]["iteration_time_mean_s"] == pytest.approx(1.6)
+    names = {p.name for p in paths["plots"]}
+    assert {"ring.png", "iterations.png", "loss.png"} <= names
+    assert "staleness.png" not in names  # no parameter server, no staleness
+    for p in paths["plots"]:
+        _valid_png(p)
