@@ -254,11 +254,13 @@ def test_ecmp_select_group_keeps_each_flow_on_one_spine(fabric):
     print(f"8 concurrent flows: spine shares {shares}, "
           f"{received_mbits(reports) / IPERF_SECONDS:.1f} Mbit/s")
     assert min(shares.values()) > 0.1, shares
-    # Which hash OVS applied: with no selection method (OpenFlow 1.3 cannot send
-    # one) OVS 3.1 uses dp_hash, visible as a hash() action in the datapath flows.
-    dpflows = subprocess.run(["ovs-appctl", "dpif/dump-flows", "lf1"],
-                             capture_output=True, text=True, check=True).stdout
-    assert "hash(sym_l4(0))" in dpflows, dpflows
+    # Which hash OVS applied: the fabric's bridges speak OpenFlow 1.5 too, so the group
+    # carries an explicit selection method, a hash over the 5-tuple (with 1.3 alone
+    # OVS 3.1 would pick dp_hash, see the next test's history in controller/ecmp.py).
+    groups15 = subprocess.run(["ovs-ofctl", "-O", "OpenFlow15", "dump-groups", "lf1"],
+                              capture_output=True, text=True, check=True).stdout
+    assert "selection_method=hash,fields(ip_src,ip_dst,nw_proto,tcp_src,tcp_dst)" in \
+        groups15, groups15
     check_stats(u.out, u.fmap)
     assert_clean_log(u)
 
