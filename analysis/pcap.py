@@ -579,20 +579,25 @@ def read_pcap(path, iface: str | None = None, cache: bool = True) -> pd.DataFram
 
 
 def _write_cache(df, cpath: Path, stamp: dict, iface: str) -> None:
+    """Write the Parquet cache atomically; any failure (read-only run directory, full
+    disk) just means no cache."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    tmp = cpath.with_name(cpath.name + f".tmp{os.getpid()}")
     try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
         table = pa.Table.from_pandas(df, preserve_index=False)
         meta = dict(table.schema.metadata or {})
         extra = dict(stamp, iface=iface, partial=str(df.attrs.get("partial", False)),
                      bytes_skipped=str(df.attrs.get("bytes_skipped", 0)),
                      reason=df.attrs.get("reason", ""))
         meta.update({f"incastlab.{k}".encode(): str(v).encode() for k, v in extra.items()})
-        tmp = cpath.with_name(cpath.name + f".tmp{os.getpid()}")
         pq.write_table(table.replace_schema_metadata(meta), tmp, compression="zstd")
         os.replace(tmp, cpath)
-    except OSError:
-        pass  # read-only run directory: no cache, same result
+    except Exception:  # noqa: BLE001 - the cache is optional
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def read_pcaps(pcap_dir, cache: bool = True) -> dict[str, pd.DataFrame]:

@@ -2,6 +2,7 @@
 import struct
 
 import numpy as np
+import pandas as pd
 import pytest
 from scapy.layers.inet import IP, TCP, UDP, IPOption_NOP, IPOption_RR
 from scapy.layers.inet6 import IPv6
@@ -196,3 +197,34 @@ def test_parquet_cache_and_invalidation(tmp_path):
     write_pcap(p, _pkts()[:3], T0)  # new content, new size
     c = read_pcap(p)
     assert c.attrs["cached"] is False and len(c) == 3
+
+
+def test_fast_path_equals_general_path(tmp_path):
+    from incastlab.analysis.synthetic import scenario_tcp
+    script, _ = scenario_tcp()
+    script.write(tmp_path / "s.pcap", tmp_path / "r.pcap")
+    mixed = tmp_path / "mixed.pcap"
+    pkts = [(i * 1e-3, p) for i, (_, p) in enumerate(script.sender)]
+    pkts.append((1.0, IP(src="10.0.0.9", dst="10.0.0.8", options=[IPOption_NOP()] * 4)
+                 / TCP(options=[("SAck", (1, 2))]) / b"x"))
+    pkts.append((1.1, IP() / UDP() / b"u"))
+    write_pcap(mixed, pkts, T0, snaplen=70)
+    for path in (tmp_path / "s.pcap", tmp_path / "r.pcap", mixed):
+        data = path.read_bytes()
+        fast = parse_pcap_bytes(data, fast=True)
+        slow = parse_pcap_bytes(data, fast=False)
+        pd.testing.assert_frame_equal(fast, slow)
+    assert fast["sack"].sum() == 1 and (fast["caplen"] <= 70).all()
+
+
+def test_unwritable_or_damaged_cache_is_only_a_miss(tmp_path):
+    p = tmp_path / "h1-eth0.pcap"
+    write_pcap(p, _pkts(), T0)
+    (tmp_path / "h1-eth0.pcap.parquet").mkdir()  # cannot be read nor replaced, even by root
+    df = read_pcap(p)
+    assert len(df) == 5 and df.attrs["cached"] is False
+    assert not list(tmp_path.glob("*.tmp*"))
+    (tmp_path / "h1-eth0.pcap.parquet").rmdir()
+    (tmp_path / "h1-eth0.pcap.parquet").write_bytes(b"garbage")
+    assert len(read_pcap(p)) == 5
+    assert read_pcap(p).attrs["cached"] is True  # rewritten by the previous call
