@@ -96,9 +96,20 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"no run directory at {run_dir}")
-    manifest = rundir.load_manifest(run_dir)
-    spec = rundir.load_spec(run_dir)
-    fabric = rundir.load_fabric(run_dir)
+    broken = []
+
+    def load(fn, empty):
+        """A damaged file is reported and treated as missing, never fatal."""
+        try:
+            return fn(run_dir)
+        except (ValueError, KeyError, TypeError, OSError, pd.errors.ParserError) as exc:
+            broken.append(f"{fn.__name__.removeprefix('load_')}: unreadable ({exc}); "
+                          "treated as missing")
+            return empty() if callable(empty) else empty
+
+    manifest = load(rundir.load_manifest, dict)
+    spec = load(rundir.load_spec, dict)
+    fabric = load(rundir.load_fabric, rundir.empty_fabric)
     status, reason = rundir.run_status(manifest)
     if rto_threshold_s is None:
         rto_threshold_s = rto_threshold_from_spec(spec)
@@ -118,11 +129,15 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
         missing["fabric"] = "no fabric.json: losses are not attributed to ports and spine " \
             "balance cannot be computed"
 
-    queues = rundir.load_queues(run_dir)
-    port_stats = rundir.load_port_stats(run_dir)
-    flow_paths = rundir.load_flow_paths(run_dir)
-    counters = rundir.load_counters(run_dir)
-    workers = rundir.load_workers(run_dir)
+    queues = load(rundir.load_queues, lambda: pd.DataFrame(columns=rundir.QUEUE_COLUMNS))
+    port_stats = load(rundir.load_port_stats,
+                      lambda: pd.DataFrame(columns=rundir.PORT_STATS_COLUMNS))
+    flow_paths = load(rundir.load_flow_paths, pd.DataFrame)
+    counters = load(rundir.load_counters,
+                    lambda: pd.DataFrame(columns=["host", "counter", "before", "after",
+                                                  "delta"]))
+    workers = load(rundir.load_workers, lambda: pd.DataFrame({"event": []}))
+    problems += broken
     if workers.attrs.get("bad_lines"):
         problems.append(f"{workers.attrs['bad_lines']} unreadable line(s) in workers/*.jsonl "
                         "were skipped.")

@@ -148,6 +148,11 @@ def load_workers(run_dir) -> pd.DataFrame:
     return df
 
 
+def empty_fabric() -> dict:
+    """The normalised fabric of a run without fabric.json."""
+    return {"hosts": {}, "links": [], "spines": [], "leaves": [], "raw": {}}
+
+
 def load_fabric(run_dir) -> dict:
     """`fabric.json` (written by `topologies.leafspine.fabric_map`) normalised to
     {'hosts': {name: {ip, leaf, rate_mbps}}, 'links': [{a, a_iface, b, b_iface,
@@ -161,7 +166,7 @@ def load_fabric(run_dir) -> dict:
     (`sp*`/`spine*` spines, `lf*`/`leaf*` leaves).
     """
     p = Path(run_dir) / "fabric.json"
-    empty = {"hosts": {}, "links": [], "spines": [], "leaves": [], "raw": {}}
+    empty = empty_fabric()
     if not p.exists():
         return empty
     try:

@@ -277,3 +277,24 @@ def test_ring_allreduce_against_bound(tmp_path):
     assert "staleness.png" not in names  # no parameter server, no staleness
     for p in paths["plots"]:
         _valid_png(p)
+
+
+def test_damaged_files_are_reported_not_fatal(tmp_path):
+    run = tmp_path / "damaged"
+    make_demo_run(run)
+    (run / "counters" / "h1.after.json").write_text('{"kernel": {"TcpRetr')  # cut short
+    (run / "fabric.json").write_text("{not json")
+    with open(run / "queues.csv", "a") as fh:
+        fh.write("1700000001.0,lf2,1,lf2-e")                                 # torn last line
+    with open(run / "workers" / "1.jsonl", "a") as fh:
+        fh.write('{"event": "iteration", "itera')
+    (run / "manifest.json").write_text("garbage")
+    paths = build_report(run, plots=False)
+    m = json.loads(paths["metrics"].read_text())
+    text = " ".join(m["problems"])
+    for name in ("counters", "fabric", "manifest"):
+        assert f"{name}: unreadable" in text
+    assert "1 unreadable line(s) in workers" in text
+    assert m["headline"]["retransmissions"] == 4 and m["headline"]["tc_drops"] == 6
+    assert paths["report"].read_text().split("<body>", 1)[1].startswith(
+        "<div class='banner' id='status-banner'>RUN STATUS UNKNOWN")
