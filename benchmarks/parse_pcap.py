@@ -260,7 +260,7 @@ def main(argv=None) -> int:
     ap.add_argument("--packets", type=int, default=600_000, help="packets to capture")
     ap.add_argument("--big", type=int, default=5_000_000, help="packets in the big capture")
     ap.add_argument("--scapy-subset", type=int, default=30_000)
-    ap.add_argument("--max-seconds", type=float, default=40.0, help="capture time bound")
+    ap.add_argument("--max-seconds", type=float, default=60.0, help="capture time bound")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir())
                     / "incastlab-bench")
     ap.add_argument("--keep", action="store_true", help="keep the captures")
@@ -300,6 +300,9 @@ def main(argv=None) -> int:
     base = results["project"].get("cpu_rate_pps")
     print(f"capture: {pcap} ({total} TCP packets, {pcap_bytes} bytes)"
           f"{'; made with ' + made['tool'] + ' over 127.0.0.1' if made else ''}")
+    if made and total is not None and total < args.packets:
+        print(f"note: only {total} of {args.packets} packets were captured within "
+              f"--max-seconds {args.max_seconds:g} (a busy machine sends less)")
     print(f"load average before/after: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f} "
           "(2 cores shared; wall time suffers from other load, CPU time less so)")
     print(f"{'parser':<12}{'packets':>10}{'wall s':>9}{'CPU s':>9}{'pkt/s wall':>13}"
