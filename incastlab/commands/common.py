@@ -68,7 +68,39 @@ def report_and_summarise(run_dir: Path, args) -> None:
               f"raw data is in {run_dir}; retry with `incastlab report {run_dir}`",
               file=sys.stderr)
         return
-    summary = Path(run_dir) / "summary.md"
-    if summary.exists() and not args.quiet:
-        print(summary.read_text())
+    if not args.quiet:
+        print(short_summary(Path(run_dir)))
     print(f"report: {paths.get('report.html', Path(run_dir) / 'report.html')}")
+
+
+HEADLINE = [("iteration_time_mean_s", "mean iteration time", "s"),
+            ("tc_drops", "queue drops (tc)", "packets"),
+            ("capture_losses", "losses seen in captures", "packets"),
+            ("retransmissions", "TCP retransmissions", "segments"),
+            ("rtos", "retransmission timeouts", ""),
+            ("goodput_mbps", "incast goodput", "Mbit/s"),
+            ("final_accuracy", "final held-out accuracy", "")]
+
+
+def short_summary(run_dir: Path) -> str:
+    """A few headline numbers from metrics.json, for the terminal (summary.md and
+    report.html hold the rest)."""
+    import json
+
+    try:
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return f"{run_dir}: no metrics.json"
+    run = metrics.get("run", {})
+    lines = [f"{run_dir.name}: {run.get('status', '?')}"
+             + (f" ({run['reason']})" if run.get("reason") else "")]
+    head = metrics.get("headline", {})
+    for key, label, unit in HEADLINE:
+        value = head.get(key)
+        if value is None:
+            continue
+        text = f"{value:.3g}" if isinstance(value, float) else str(value)
+        lines.append(f"  {label}: {text} {unit}".rstrip())
+    for problem in metrics.get("problems", [])[:3]:
+        lines.append(f"  warning: {problem}")
+    return "\n".join(lines)

@@ -22,5 +22,6 @@ def run(args) -> int:
         return 2
     from incastlab.analysis.compare import compare_runs
 
-    print(f"comparison report: {compare_runs(dirs, Path(args.out))}")
+    out = compare_runs(dirs, Path(args.out))
+    print(f"comparison report: {out['report'] if isinstance(out, dict) else out}")
     return 0

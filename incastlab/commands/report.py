@@ -20,9 +20,10 @@ def run(args) -> int:
         return 2
     from incastlab.analysis.report import build_report
 
+    from incastlab.commands.common import short_summary
+
     paths = build_report(run_dir)
-    summary = run_dir / "summary.md"
-    if summary.exists() and not args.quiet:
-        print(summary.read_text())
+    if not args.quiet:
+        print(short_summary(run_dir))
     print(f"report: {paths.get('report.html', run_dir / 'report.html')}")
     return 0

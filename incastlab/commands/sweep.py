@@ -86,5 +86,5 @@ def sweep(args, spec=None) -> int:
     from incastlab.analysis.compare import compare_runs
 
     out = compare_runs([d for d in run_dirs if run_status(d) == "complete"], base / "compare")
-    print(f"comparison report: {out}")
+    print(f"comparison report: {out['report'] if isinstance(out, dict) else out}")
     return 0 if all(s.startswith("complete") for s in statuses.values()) else 1
