@@ -157,7 +157,7 @@ def host_table(retrans: pd.DataFrame, counters: pd.DataFrame, fabric: dict) -> p
         for host, g in r.groupby("host"):
             cap[host] = {"capture_retrans": len(g),
                          "capture_rto": int((g["event"] & (g["kind"] == "rto")).sum()),
-                         "capture_tlp": int((g["kind"] == "tlp").sum())}
+                         "capture_tlp": int((g["event"] & (g["kind"] == "tlp")).sum())}
     hosts = sorted(set(cap) | (set(counters["host"]) if len(counters) else set()),
                    key=_natural)
     rows = []
@@ -199,7 +199,7 @@ def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
     cap_losses = int(len(attributed)) if both else None
     cap_retrans = int(len(retrans)) if captured_flows else None
     n_rto = int((retrans["event"] & (retrans["kind"] == "rto")).sum()) if len(retrans) else 0
-    n_tlp = int((retrans["kind"] == "tlp").sum()) if len(retrans) else 0
+    n_tlp = int((retrans["event"] & (retrans["kind"] == "tlp")).sum()) if len(retrans) else 0
     n_fast = int((retrans["event"] & (retrans["kind"] == "fast")).sum()) if len(retrans) else 0
     n_spur = int(pd.Series(spurious).fillna(False).astype(bool).sum()) \
         if spurious is not None and len(spurious) else 0

@@ -198,10 +198,9 @@ def retransmissions(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
             if event and not in_episode:
                 ep_id = len(erows)
                 recover = snd_max[i]
-                j = max(np.searchsorted(cum_ack, recover, "left"), np.searchsorted(at, ti, "right"))
-                # the covering ACK must also come after this retransmission
-                while j < len(at) and cum_ack[j] < recover:
-                    j += 1
+                # the first ACK covering the recovery point that comes after this packet
+                j = max(np.searchsorted(cum_ack, recover, "left"),
+                        np.searchsorted(at, ti, "right"))
                 ep_end = float(at[j]) if j < len(at) else np.inf
                 ep_kind = kind
                 erows.append({"episode": ep_id, "flow": f.flow, "kind": kind,
@@ -229,7 +228,8 @@ def retransmissions(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
 
 
 def retrans_summary(retrans: pd.DataFrame) -> dict:
-    """Counts: packets retransmitted, by kind, and RTO firings (events)."""
+    """Counts: packets retransmitted, by kind (inherited kinds included), and events:
+    RTO firings, fast retransmits and tail-loss probes that started a recovery."""
     kinds = retrans["kind"].value_counts().to_dict() if len(retrans) else {}
     rto_events = int((retrans["event"] & (retrans["kind"] == "rto")).sum()) if len(retrans) else 0
     return {"retrans_packets": int(len(retrans)),
@@ -238,7 +238,8 @@ def retrans_summary(retrans: pd.DataFrame) -> dict:
             "rto_events": rto_events,
             "fast_events": int((retrans["event"] & (retrans["kind"] == "fast")).sum())
             if len(retrans) else 0,
-            "tlp": int((retrans["kind"] == "tlp").sum()) if len(retrans) else 0}
+            "tlp": int((retrans["event"] & (retrans["kind"] == "tlp")).sum())
+            if len(retrans) else 0}
 
 
 def losses(tcp: pd.DataFrame, flows: pd.DataFrame | None = None) -> pd.DataFrame:
