@@ -105,3 +105,41 @@ def test_zero_ip_ids_degrade_as_documented(tmp_path):
     assert not lost["retransmission"].iloc[:3].any()  # the originals, not the resends
     retrans, _ = tcp.retransmissions(t)
     assert len(retrans) == truth["retrans"] + 1
+
+
+def test_recovery_episode_and_rto_backoff(tmp_path):
+    """Two holes repaired in one fast recovery (one event, two retransmissions) and an
+    RTO that fires twice (backoff) for the same segment: two RTO firings, one episode."""
+    from incastlab.analysis.synthetic import TcpScript
+    s = TcpScript()
+    d = s.delay
+    s.handshake(0.0)
+    for k in range(8):
+        s.data(0.010 + k * 0.001, k * MSS, lost=k in (2, 4))
+    for k in (0, 1):
+        s.ack(0.010 + k * 0.001 + d + 0.0001, (k + 1) * MSS)
+    for k in (3, 5, 6, 7):
+        s.ack(0.010 + k * 0.001 + d + 0.0001, 2 * MSS, sack=[(3 * MSS, (k + 1) * MSS)])
+    s.data(0.0172, 2 * MSS)                               # after the 3rd dup ACK (0.0171)
+    s.ack(0.0172 + d + 0.0001, 4 * MSS, sack=[(5 * MSS, 8 * MSS)])  # partial ACK
+    s.data(0.0185, 4 * MSS)                               # second hole, same recovery
+    s.ack(0.0185 + d + 0.0001, 8 * MSS)
+    s.data(0.100, 8 * MSS, lost=True)
+    s.data(0.350, 8 * MSS, lost=True)                     # RTO, lost again
+    s.data(0.850, 8 * MSS)                                # backed-off RTO
+    s.ack(0.850 + d + 0.0001, 9 * MSS)
+    s.write(tmp_path / "a.pcap", tmp_path / "b.pcap")
+    t = tcp.combine({n: read_pcap(tmp_path / f"{n}.pcap", cache=False) for n in ("a", "b")})
+    retrans, episodes = tcp.retransmissions(t)
+    assert retrans["kind"].value_counts().to_dict() == {"fast": 2, "rto": 2}
+    assert list(retrans["event"]) == [True, False, True, True]
+    assert list(retrans["seq"]) == [2 * MSS, 4 * MSS, 8 * MSS, 8 * MSS]
+    assert len(episodes) == 2
+    fast, rto = episodes.iloc[0], episodes.iloc[1]
+    assert (fast["kind"], fast["n_retrans"], fast["n_rto"]) == ("fast", 2, 0)
+    assert (rto["kind"], rto["n_retrans"], rto["n_rto"]) == ("rto", 2, 2)
+    assert abs(rto["duration_s"] - (0.8506 - 0.100)) < 1e-3
+    assert tcp.retrans_summary(retrans)["rto_events"] == 2
+    lost = tcp.losses(t)
+    assert list(lost["seq"]) == [2 * MSS, 4 * MSS, 8 * MSS, 8 * MSS]
+    assert list(lost["retransmission"]) == [False, False, False, True]
