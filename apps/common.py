@@ -231,6 +231,18 @@ def wait(work: Any, timeout: float, what: str) -> None:
                         f"(dead, hung or unreachable): {_first_line(exc)}") from exc
 
 
+def finish_gloo(timeout: float) -> None:
+    """End a gloo job: a barrier, so no rank closes its sockets while a peer still reads.
+
+    The process group is deliberately not destroyed: tearing gloo down while peers are
+    closing their connections was seen to abort a rank ("terminate called without an
+    active exception") after its work was done. `run_main` leaves with os._exit instead.
+    """
+    import torch.distributed as dist
+
+    wait(dist.barrier(async_op=True), timeout, "final barrier")
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:300] if text else type(exc).__name__
@@ -242,11 +254,12 @@ def _first_line(exc: BaseException) -> str:
 def run_main(prog: str, log: JsonLog, rank: int, body: Callable[[], None]) -> int:
     """Run `body`; on failure write an `error` event and one stderr line, exit non-zero.
 
-    Exit status 1 for an error, 128+N for signal N (SIGTERM, SIGINT). The process then
-    leaves with os._exit, because gloo's background threads and a half-closed process
-    group can otherwise keep it alive (a hang is what we avoid). Signals are noticed by a
-    watcher thread, so they act at once even while the main thread is blocked inside a
-    gloo wait (where Python signal handlers would not run until the wait returns).
+    Exit status 0 on success, 1 for an error, 128+N for signal N (SIGTERM, SIGINT). The
+    process always leaves with os._exit (this never returns), because gloo's background
+    threads and a half-closed process group can otherwise keep it alive or abort it.
+    Signals are noticed by a watcher thread, so they act at once even while the main
+    thread is blocked inside a gloo wait (where Python signal handlers would not run
+    until the wait returns).
     """
     _watch_signals(prog, log, rank)
     try:
@@ -257,9 +270,11 @@ def run_main(prog: str, log: JsonLog, rank: int, body: Callable[[], None]) -> in
         _fail(prog, log, rank, message, EXIT_RUNTIME_ERROR)
     with _FAIL_LOCK:  # a late signal must not cut the log's last line in half
         log.close()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    return 0
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Skip interpreter and C++ static teardown (gloo threads): the work is done and
+        # logged; see finish_gloo.
+        os._exit(0)
 
 
 _FAIL_LOCK = threading.Lock()

@@ -291,6 +291,7 @@ def run_server(args: argparse.Namespace, log: common.JsonLog) -> None:
     server = Server(args, log, trainer, lo, hi)
     log.write("ready", t=time.time(), init_s=time.time() - t0, bytes_recv=0)
     server.run()
+    common.finish_gloo(args.timeout)
     accuracy = loss = None
     if args.shards == 1:
         accuracy, loss = trainer.evaluate(server.params)
@@ -299,7 +300,6 @@ def run_server(args: argparse.Namespace, log: common.JsonLog) -> None:
               discarded_by_rank={str(r): c for r, c in server.discarded_by_rank.items()},
               bytes_sent=server.bytes_sent, bytes_recv=server.bytes_recv,
               params_sha256=params_digest(server.params))
-    dist.destroy_process_group()
 
 
 # ----------------------------------------------------------------------------- worker
@@ -362,10 +362,10 @@ def run_worker(args: argparse.Namespace, log: common.JsonLog) -> None:
                   new_version=min(meta["versions"]), staleness=meta["staleness"],
                   accepted=meta["accepted"], loss=loss)
         iteration += 1
+    common.finish_gloo(args.timeout)
     accuracy, test_loss = trainer.evaluate(params)
     log.write("final", t=time.time(), accuracy=accuracy, loss=test_loss, iterations=iteration,
               params_sha256=params_digest(params))
-    dist.destroy_process_group()
 
 
 def log_start(args: argparse.Namespace, log: common.JsonLog, n_params: int, role: str,

@@ -125,10 +125,10 @@ def run(args: argparse.Namespace, log: common.JsonLog) -> None:
                   compute_s=compute_s, slowdown_s=slow_s, comm_s=t_reduced - t_comm,
                   wait_s=None, allreduce_s=t_reduced - t_comm, bytes_sent=sent, bytes_recv=recv,
                   model_version=iteration, staleness=0, loss=loss)
+    common.finish_gloo(args.timeout)
     accuracy, test_loss = trainer.evaluate(params)
     log.write("final", t=time.time(), accuracy=accuracy, loss=test_loss,
               iterations=args.iterations, params_sha256=params_digest(params))
-    dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:

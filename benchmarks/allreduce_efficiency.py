@@ -97,8 +97,8 @@ def child_main(argv: list[str]) -> int:
                 times.append(t.tolist())
             log.write("rep", rep=rep, t=time.time(), elapsed_s=elapsed, extra_s=extra,
                       max_s=t[0].item(), max_extra_s=t[1].item())
+        common.finish_gloo(timeout)
         log.write("final", t=time.time(), times=times)
-        dist.destroy_process_group()
 
     return common.run_main("allreduce_efficiency", log, args.rank, body)
 

@@ -21,7 +21,7 @@ import pytest
 from incastlab.apps.local import LocalJob, events, free_port, read_jsonl, ring_argv
 
 CHECK = r"""
-import datetime, hashlib, json, sys
+import datetime, hashlib, json, os, sys
 import torch, torch.distributed as dist
 from incastlab.apps.ring import ring_allreduce
 rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -44,7 +44,9 @@ for kind, numel in (("int", 1001), ("int", 4000), ("float", 1001), ("float", 400
         "close": bool(torch.allclose(ring, ref, rtol=1e-5, atol=1e-4)),
     }
 json.dump(result, open(f"{out}/check{rank}.json", "w"))
-dist.destroy_process_group()
+dist.barrier()
+sys.stdout.flush()
+os._exit(0)  # no gloo teardown at exit (it can abort while peers close their sockets)
 """
 
 
