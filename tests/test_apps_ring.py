@@ -127,3 +127,19 @@ def test_hung_ring_rank_makes_others_fail_within_timeout(tmp_path: Path) -> None
             assert line.startswith(f"incastlab.apps.ring: error: rank {r}: ring ") and \
                 "\n" not in line, line
             assert events(read_jsonl(tmp_path / f"{r}.jsonl"), "error")
+
+
+def test_missing_rendezvous_is_one_clear_line(tmp_path: Path) -> None:
+    """Rank 0 never comes: the rank that waits for it fails by the deadline, in one line."""
+    port = free_port()
+    argv = ring_argv(2, tmp_path, port, ["--timeout", "2"])[1]
+    with LocalJob(tmp_path) as job:
+        t0 = time.monotonic()
+        proc = job.start(1, argv)
+        assert proc.wait(30) == 1
+        assert time.monotonic() - t0 < 20  # 2 s deadline, store retries, torch import
+        lines = job.stderr(1).strip().splitlines()
+        assert len(lines) == 1, lines  # no C++ stack dump (TORCH_CPP_LOG_LEVEL)
+        assert lines[0].startswith(
+            f"incastlab.apps.ring: error: rank 1: rendezvous at 127.0.0.1:{port} failed "
+            "within 2 s"), lines
