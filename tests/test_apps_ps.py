@@ -103,7 +103,7 @@ def test_ssp_never_exceeds_staleness_bound(tmp_path: Path) -> None:
 
 def test_backup_discards_exactly_the_stragglers_late_gradients(tmp_path: Path) -> None:
     logs = run_ps(tmp_path, 3, ["--mode", "backup", "--backup-workers", "1",
-                                "--iterations", "12", "--slowdown", "3:10",
+                                "--iterations", "12", "--slowdown", "3:40",
                                 "--model-size", "0.1", "--batch-size", "64"])
     updates = events(logs[0], "update")
     assert [u["version"] for u in updates] == list(range(1, 13))
