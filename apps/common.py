@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import signal
 import socket
@@ -180,7 +181,8 @@ class JsonLog:
         self._lock = threading.Lock()
 
     def write(self, event: str, **fields: Any) -> None:
-        record = {"event": event, **fields}
+        """Append one event. Non-finite floats (a diverged loss) are written as null."""
+        record = _finite({"event": event, **fields})
         line = json.dumps(record, separators=(",", ":"), allow_nan=False, default=_jsonable)
         with self._lock:
             self._f.write(line + "\n")
@@ -189,6 +191,17 @@ class JsonLog:
     def close(self) -> None:
         with self._lock:
             self._f.close()
+
+
+def _finite(value: Any) -> Any:
+    # strict JSON has no NaN/Infinity; null keeps every line parseable (pandas: NaN)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _jsonable(value: Any) -> Any:

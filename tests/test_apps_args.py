@@ -96,3 +96,17 @@ def test_model_size_controls_parameter_count(size_m: float) -> None:
 def test_shard_bounds_cover_the_vector_once() -> None:
     bounds = ps.shard_bounds(1001, 3)
     assert bounds == [(0, 334), (334, 668), (668, 1001)]
+
+
+def test_log_lines_stay_strict_json_when_training_diverges(tmp_path) -> None:
+    import json
+
+    from incastlab.apps.common import JsonLog
+
+    log = JsonLog(str(tmp_path), 5)
+    log.write("iteration", loss=float("nan"), staleness=[1, float("inf")], t=1.5)
+    log.close()
+    line = (tmp_path / "5.jsonl").read_text()
+    assert json.loads(line) == {"event": "iteration", "loss": None, "staleness": [1, None],
+                                "t": 1.5}
+    assert "NaN" not in line and "Infinity" not in line
