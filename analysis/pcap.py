@@ -33,6 +33,8 @@ Columns (units)
     win          TCP window field (unscaled)
     payload_len  L4 payload bytes = ip_len - IHL - TCP data offset (UDP: - 8)
     sack         TCP SACK option (kind 5) present
+    sack_hi      highest right edge among the captured SACK blocks (raw sequence number,
+                 the one furthest above `ack`; 0 when no SACK block)
     sack_ok      TCP SACK-permitted option (kind 4) present (SYNs)
     tsval, tsecr TCP timestamp option values (0 when absent); `has_ts` says which
     hdr_ok       see above
@@ -64,7 +66,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-PARSER_VERSION = 3
+PARSER_VERSION = 4
 
 MAGIC_US = 0xA1B2C3D4
 MAGIC_NS = 0xA1B23C4D
@@ -85,7 +87,7 @@ FIN, SYN, RST, PSH, ACK = 1, 2, 4, 8, 16
 
 COLUMNS = ["t", "iface", "frame_len", "caplen", "ethertype", "vlan", "src", "dst",
            "proto", "ip_len", "ip_id", "sport", "dport", "seq", "ack", "flags", "win",
-           "payload_len", "sack", "sack_ok", "has_ts", "tsval", "tsecr", "hdr_ok"]
+           "payload_len", "sack", "sack_hi", "sack_ok", "has_ts", "tsval", "tsecr", "hdr_ok"]
 
 
 class PcapError(ValueError):
@@ -266,7 +268,8 @@ _COL_DTYPES = (
     ("src", np.uint32), ("dst", np.uint32), ("proto", np.uint8), ("ip_len", np.uint16),
     ("ip_id", np.uint16), ("sport", np.uint16), ("dport", np.uint16), ("seq", np.uint32),
     ("ack", np.uint32), ("flags", np.uint8), ("win", np.uint16), ("payload_len", np.int32),
-    ("sack", bool), ("sack_ok", bool), ("has_ts", bool), ("tsval", np.uint32),
+    ("sack", bool), ("sack_hi", np.uint32), ("sack_ok", bool), ("has_ts", bool),
+    ("tsval", np.uint32),
     ("tsecr", np.uint32), ("hdr_ok", bool))
 
 _OUT_DTYPES = (("t", np.float64), ("frame_len", np.uint32), ("caplen", np.uint32),
@@ -505,7 +508,21 @@ def _tcp_options(a, b4, cols, ti, T4, doff, l4len, only=None):
         ln = np.where(single, 1, a[np.minimum(pos + 1, len(a) - 1)]).astype(np.int64)
         valid = single | ((ln >= 2) & (pos + ln <= end))
         sel = ti[oi]
-        cols["sack"][sel[valid & (kind == 5)]] = True
+        sk = valid & (kind == 5)
+        if sk.any():
+            cols["sack"][sel[sk]] = True
+            # highest right edge, measured from the ACK number (wrap-safe)
+            ack = cols["ack"][sel[sk]].astype(np.int64)
+            best = np.full(int(sk.sum()), -1, np.int64)
+            p5, l5 = pos[sk], ln[sk]
+            for b in range(4):
+                has = (l5 >= 2 + 8 * (b + 1)) & (p5 + 2 + 8 * (b + 1) <= end[sk])
+                if not has.any():
+                    break
+                right = _gather(b4, p5 + 2 + 8 * b + 4).astype(np.int64)
+                off = (right - ack) % (1 << 32)
+                best = np.where(has & (off > best), off, best)
+            cols["sack_hi"][sel[sk]] = np.where(best >= 0, (ack + best) % (1 << 32), 0)
         cols["sack_ok"][sel[valid & (kind == 4)]] = True
         ts = valid & (kind == 8) & (ln == 10)
         if ts.any():

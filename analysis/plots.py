@@ -38,9 +38,10 @@ def _legend_outside(ax, **kw):
 
 
 def queue_occupancy(queues_d: pd.DataFrame, ports: list[str], t0: float, path,
-                    limits: dict | None = None) -> Path | None:
+                    limits: dict | None = None, labels: dict | None = None) -> Path | None:
     """Backlog (packets) over time of the given ports, drops marked with red crosses
-    (marker label gives the count)."""
+    (marker label gives the count); `labels` {iface: description} for the titles."""
+    labels = labels or {}
     if queues_d.empty or not ports:
         return None
     limits = limits or {}
@@ -62,10 +63,12 @@ def queue_occupancy(queues_d: pd.DataFrame, ports: list[str], t0: float, path,
                        label=f"drops ({int(d['d_drops'].sum())} packets)")
         ax.set_ylim(bottom=0)
         ax.set_ylabel("packets")
-        ax.set_title(iface, fontsize="small", loc="left")
+        ax.set_title(f"{iface}{' — ' + labels[iface] if labels.get(iface) else ''}",
+                     fontsize="small", loc="left")
         _legend_outside(ax)
     axes[-1, 0].set_xlabel("time since run start (s)")
     fig.suptitle("Egress queue occupancy of the hottest ports")
+    fig.tight_layout()
     return _save(fig, path)
 
 
@@ -76,10 +79,13 @@ def flow_throughput(series: pd.DataFrame, t0: float, path, top_n: int = TOP_N) -
         return None
     total = series.groupby("flow")["mbps"].sum().sort_values(ascending=False)
     top = list(total.index[:top_n])
-    heat = len(total) > 4
+    # the heat map shows flows with at least 1 % of the bytes (control connections of a
+    # few bytes would only add empty rows)
+    big = total[total >= 0.01 * total.sum()]
+    heat = len(big) > 4
     fig, axes = plt.subplots(2 if heat else 1, 1, squeeze=False, sharex=True,
-                             figsize=(10, 4 + (0.25 * len(total) + 1 if heat else 0)),
-                             gridspec_kw={"height_ratios": [4, 0.25 * len(total) + 1]}
+                             figsize=(10, 4 + (0.25 * len(big) + 1 if heat else 0)),
+                             gridspec_kw={"height_ratios": [4, 0.25 * len(big) + 1]}
                              if heat else None)
     ax = axes[0, 0]
     for flow, g in series.groupby("flow"):
@@ -98,14 +104,17 @@ def flow_throughput(series: pd.DataFrame, t0: float, path, top_n: int = TOP_N) -
     if heat:
         hx = axes[1, 0]
         wide = series.pivot_table(index="flow", columns="t", values="mbps", aggfunc="sum")
-        wide = wide.reindex(total.index)
+        wide = wide.reindex(big.index)
         ts = wide.columns.to_numpy() - t0
         step = float(np.median(np.diff(ts))) if len(ts) > 1 else 1.0
         im = hx.imshow(wide.to_numpy(), aspect="auto", interpolation="nearest", cmap="viridis",
                        extent=(ts[0], ts[-1] + step, len(wide) - 0.5, -0.5), vmin=0)
         hx.set_yticks(range(len(wide)), wide.index, fontsize="x-small")
         fig.colorbar(im, ax=hx, label="Mbit/s", fraction=0.03, pad=0.01)
-        hx.set_title("every flow (rows sorted by bytes)", fontsize="small", loc="left")
+        rest = len(total) - len(big)
+        hx.set_title("flows with >= 1 % of the bytes, sorted by bytes"
+                     + (f" ({rest} smaller flows not shown)" if rest else ""),
+                     fontsize="small", loc="left")
         axes[-1, 0].set_xlabel("time since run start (s)")
     else:
         ax.set_xlabel("time since run start (s)")
@@ -139,13 +148,18 @@ def iteration_breakdown(iters: pd.DataFrame, path) -> Path | None:
     distribution of iteration times per worker."""
     if iters.empty:
         return None
-    g = iters.groupby("iteration")[["compute_s", "comm_s", "wait_s", "duration_s"]].mean()
+    it = iters.copy()
+    for c in ("compute_s", "comm_s", "wait_s"):
+        it[c] = pd.to_numeric(it[c], errors="coerce")
+    # PS logs include the server's hold time (wait_s) in comm_s: split it out
+    it["transfer_s"] = (it["comm_s"] - it["wait_s"].fillna(0)).clip(lower=0)
+    g = it.groupby("iteration")[["compute_s", "transfer_s", "wait_s", "duration_s"]].mean()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [2, 1]})
     bottom = np.zeros(len(g))
     x = g.index.to_numpy()
     for col, colour, label in (("compute_s", "tab:green", "compute"),
-                               ("comm_s", "tab:blue", "communication"),
-                               ("wait_s", "tab:orange", "waiting")):
+                               ("transfer_s", "tab:blue", "communication (excl. waiting)"),
+                               ("wait_s", "tab:orange", "waiting (server barrier)")):
         v = g[col].fillna(0).to_numpy(dtype=float)
         if v.any():
             a1.bar(x, v, bottom=bottom, color=colour, label=label, width=0.9)
@@ -230,7 +244,9 @@ def spine_balance(per_link: pd.DataFrame, util: pd.DataFrame, t0: float, path) -
             y = g["utilisation"] * 100 if g["utilisation"].notna().any() else g["mbps"]
             a2.plot(g["t"] - t0, y, lw=0.9, label=iface)
         has_rate = util["utilisation"].notna().any()
-        a2.set_ylabel("utilisation (% of link rate)" if has_rate else "throughput (Mbit/s)")
+        bin_ms = util.attrs.get("bin_s", 0) * 1000
+        a2.set_ylabel(("utilisation (% of link rate" if has_rate else "throughput (Mbit/s")
+                      + f", {bin_ms:.0f} ms bins)")
         a2.set_xlabel("time since run start (s)")
         a2.set_ylim(bottom=0)
         a2.set_title("Spine link load over time (busiest links)")
@@ -283,11 +299,13 @@ def incast_goodput(rounds: pd.DataFrame, path) -> Path | None:
 def reconciliation_bars(totals: pd.DataFrame, path) -> Path | None:
     """Each measure's value from each source, side by side."""
     t = totals.dropna(subset=["value"])
-    t = t[t["measure"].isin(["packets dropped", "retransmitted segments", "RTO firings",
-                             "tail-loss probes"])]
+    t = t[t["measure"].isin(["packets dropped", "retransmitted segments",
+                             "segments resent in fast/SACK recovery",
+                             "segments resent after an RTO", "loss recoveries entered",
+                             "RTO firings", "tail-loss probes"])]
     if t.empty:
         return None
-    fig, ax = plt.subplots(figsize=(10, 3.5))
+    fig, ax = plt.subplots(figsize=(12, 4))
     measures = list(dict.fromkeys(t["measure"]))
     width = 0.4
     for i, m in enumerate(measures):
@@ -299,11 +317,14 @@ def reconciliation_bars(totals: pd.DataFrame, path) -> Path | None:
                    color="tab:gray" if kernel else "tab:blue")
             ax.text(x, r["value"], f"{r['value']:g}", ha="center", va="bottom",
                     fontsize="x-small")
-    ax.set_xticks(range(len(measures)), measures)
+    ax.set_xticks(range(len(measures)), [m.replace(" in ", "\nin ").replace(" after", "\nafter")
+                                         for m in measures], fontsize="small")
+    ax.set_yscale("symlog", linthresh=10)
+    ax.set_ylim(bottom=0)
     ax.legend(handles=[Patch(color="tab:gray", label="counters (tc / kernel)"),
                        Patch(color="tab:blue", label="captures")],
               loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
-    ax.set_ylabel("packets / events")
+    ax.set_ylabel("packets / events (linear to 10, log above)")
     ax.set_title("Reconciliation: counters vs captures")
     return _save(fig, path)
 

@@ -173,20 +173,38 @@ def fabric_balance(fabric: dict, queues: pd.DataFrame,
     return per, summary
 
 
-def link_utilisation(queues: pd.DataFrame, ifaces, rates: dict | None = None) -> pd.DataFrame:
-    """Mbit/s (and fraction of capacity when `rates` gives Mbit/s) per iface per sample.
+def link_utilisation(queues: pd.DataFrame, ifaces, rates: dict | None = None,
+                     bin_s: float | None = None) -> pd.DataFrame:
+    """Mean Mbit/s (and fraction of capacity when `rates` gives Mbit/s) per iface per
+    time bin, from queues.csv sent_bytes.
 
-    Columns: t, iface, mbps, utilisation.
+    Bins (default: span/150, at least 0.1 s) smooth out the burstiness with which tc's
+    byte counters advance between 10 ms samples. Columns: t (bin start), iface, mbps,
+    utilisation.
     """
-    d = queue_deltas(queues[queues["iface"].isin(list(ifaces))]) if not queues.empty \
-        else pd.DataFrame(columns=["t", "iface", "d_sent_bytes", "dt"])
-    d = d[d["dt"] > 0]
-    out = pd.DataFrame({"t": d["t"], "iface": d["iface"],
-                        "mbps": d["d_sent_bytes"] * 8 / d["dt"] / 1e6})
+    cols = ["t", "iface", "mbps", "utilisation"]
+    sel = queues[queues["iface"].isin(list(ifaces))] if not queues.empty else queues
+    if sel is None or sel.empty:
+        return pd.DataFrame(columns=cols)
+    d = queue_deltas(sel)
+    t0, t1 = float(d["t"].min()), float(d["t"].max())
+    if bin_s is None:
+        bin_s = max((t1 - t0) / 150, 0.1)
+    edges = np.arange(t0, t1 + bin_s, bin_s)
+    if len(edges) < 2:
+        return pd.DataFrame(columns=cols)
     rates = rates or {}
-    out["utilisation"] = [m / rates[i] if rates.get(i) else np.nan
-                          for m, i in zip(out["mbps"], out["iface"], strict=True)]
-    return out.reset_index(drop=True)
+    frames = []
+    for iface, g in d.groupby("iface"):
+        # a sample's increase happened during the interval that ends at its time
+        b, _ = np.histogram(g["t"], bins=edges, weights=g["d_sent_bytes"])
+        mbps = b * 8 / bin_s / 1e6
+        rate = rates.get(iface)
+        frames.append(pd.DataFrame({"t": edges[:-1], "iface": iface, "mbps": mbps,
+                                    "utilisation": mbps / rate if rate else np.nan}))
+    out = pd.concat(frames, ignore_index=True)
+    out.attrs["bin_s"] = bin_s
+    return out
 
 
 def path_ports(fabric: dict, src_host: str, dst_host: str, spine: str | None = None) -> list[str]:

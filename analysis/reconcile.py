@@ -20,13 +20,22 @@ from .rundir import counter_delta, host_by_ip, spine_lookup
 KERNEL_COUNTERS = {
     "TcpRetransSegs": "segments retransmitted",
     "TcpExtTCPTimeouts": "RTO firings",
-    "TcpExtTCPLossProbes": "tail-loss probes sent",
-    "TcpExtTCPFastRetrans": "fast retransmits",
+    "TcpExtTCPSlowStartRetrans": "segments retransmitted in loss state after an RTO "
+                                 "(the first one, sent by the timer, is not counted)",
+    "TcpExtTCPFastRetrans": "segments retransmitted in fast/SACK recovery",
+    "TcpExtTCPSackRecovery": "SACK recoveries entered",
+    "TcpExtTCPRenoRecovery": "Reno (no SACK) recoveries entered",
+    "TcpExtTCPLossProbes": "tail-loss probes sent (also those carrying new data)",
     "TcpExtTCPSpuriousRTOs": "RTOs later found spurious (F-RTO)",
     "TcpExtTCPDSACKRecv": "D-SACKs received (a retransmission was not needed)",
     "TcpExtTCPLostRetransmit": "retransmissions lost again",
     "TcpExtTCPSynRetrans": "SYN retransmissions (not in the data-packet count)",
 }
+
+
+def _add(*values):
+    vals = [v for v in values if v is not None]
+    return float(sum(vals)) if vals else None
 
 
 def capture_drop_total(manifest: dict) -> int | None:
@@ -198,9 +207,19 @@ def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
     both = captured_flows if both_ends_flows is None else both_ends_flows
     cap_losses = int(len(attributed)) if both else None
     cap_retrans = int(len(retrans)) if captured_flows else None
-    n_rto = int((retrans["event"] & (retrans["kind"] == "rto")).sum()) if len(retrans) else 0
-    n_tlp = int((retrans["event"] & (retrans["kind"] == "tlp")).sum()) if len(retrans) else 0
-    n_fast = int((retrans["event"] & (retrans["kind"] == "fast")).sum()) if len(retrans) else 0
+    def count(mask):
+        return int(mask.sum()) if len(retrans) and captured_flows else None
+
+    ev = retrans["event"].astype(bool) if len(retrans) else pd.Series(dtype=bool)
+    kind = retrans["kind"] if len(retrans) else pd.Series(dtype=object)
+    n_rto = count(ev & (kind == "rto"))
+    n_tlp = count(ev & (kind == "tlp"))
+    n_fast = count(ev & (kind == "fast"))
+    n_recov = count(ev & kind.isin(["fast", "other"]))
+    n_rec_pkts = count(kind.isin(["fast", "other"]))
+    n_rto_pkts = count(kind == "rto")
+    if captured_flows and not len(retrans):
+        n_rto = n_tlp = n_fast = n_recov = n_rec_pkts = n_rto_pkts = 0
     n_spur = int(pd.Series(spurious).fillna(False).astype(bool).sum()) \
         if spurious is not None and len(spurious) else 0
     n_spur = n_spur if both else None
@@ -214,15 +233,30 @@ def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
         ("retransmitted segments", "kernel TcpRetransSegs (sum of hosts)", k["TcpRetransSegs"],
          KERNEL_COUNTERS["TcpRetransSegs"]),
         ("retransmitted segments", "captures", cap_retrans, "data packets sent again"),
+        ("segments resent in fast/SACK recovery", "kernel TcpExtTCPFastRetrans",
+         k["TcpExtTCPFastRetrans"], KERNEL_COUNTERS["TcpExtTCPFastRetrans"]),
+        ("segments resent in fast/SACK recovery", "captures (kinds fast + other)", n_rec_pkts,
+         "retransmissions not caused by an RTO or a tail-loss probe"),
+        ("segments resent after an RTO", "kernel TCPTimeouts + TCPSlowStartRetrans",
+         _add(k["TcpExtTCPTimeouts"], k["TcpExtTCPSlowStartRetrans"]),
+         "the timer's own retransmission plus those in loss state"),
+        ("segments resent after an RTO", "captures (kind rto)", n_rto_pkts,
+         "retransmissions after >= the RTO threshold of silence, and the rest of that "
+         "recovery"),
         ("RTO firings", "kernel TcpExtTCPTimeouts", k["TcpExtTCPTimeouts"], "RTO timer fired"),
-        ("RTO firings", "captures", n_rto if captured_flows else None,
-         "retransmission after >= RTO floor of silence"),
-        ("fast retransmits", "kernel TcpExtTCPFastRetrans", k["TcpExtTCPFastRetrans"], ""),
-        ("fast retransmits", "captures", n_fast if captured_flows else None,
-         "after >= 3 duplicate ACKs"),
-        ("tail-loss probes", "kernel TcpExtTCPLossProbes", k["TcpExtTCPLossProbes"], ""),
-        ("tail-loss probes", "captures", n_tlp if captured_flows else None,
-         "tail segment resent < RTO floor"),
+        ("RTO firings", "captures", n_rto, "retransmission after >= the RTO threshold of "
+         "silence (also a backed-off repeat)"),
+        ("loss recoveries entered", "kernel TCPSackRecovery + TCPRenoRecovery",
+         _add(k["TcpExtTCPSackRecovery"], k["TcpExtTCPRenoRecovery"]),
+         "fast/SACK recovery episodes"),
+        ("loss recoveries entered", "captures (fast + other episodes)", n_recov,
+         f"of which {n_fast} after >= 3 duplicate ACKs or 3 SACKed segments; the rest "
+         "RACK-timed" if n_fast is not None else ""),
+        ("tail-loss probes", "kernel TcpExtTCPLossProbes", k["TcpExtTCPLossProbes"],
+         KERNEL_COUNTERS["TcpExtTCPLossProbes"]),
+        ("tail-loss probes", "captures", n_tlp,
+         "the highest segment resent before the RTO threshold; probes with new data are "
+         "not retransmissions and not seen here"),
         ("spurious retransmissions", "captures (data had already arrived)",
          n_spur, "needs a receiver-side capture"),
         ("spurious retransmissions", "kernel TcpExtTCPDSACKRecv", k["TcpExtTCPDSACKRecv"],
@@ -274,9 +308,10 @@ def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
             "retransmission(s) resend data that was not lost; a retransmission that is lost "
             "again counts in both.")
     numbers = {"tc_drops": tc_drops, "capture_losses": cap_losses,
-               "capture_retrans": cap_retrans, "capture_rto": n_rto if captured_flows else None,
-               "capture_fast": n_fast if captured_flows else None,
-               "capture_tlp": n_tlp if captured_flows else None,
+               "capture_retrans": cap_retrans, "capture_rto": n_rto,
+               "capture_fast": n_fast, "capture_recoveries": n_recov,
+               "capture_recovery_retrans": n_rec_pkts, "capture_rto_retrans": n_rto_pkts,
+               "capture_tlp": n_tlp,
                "capture_spurious": n_spur,
                "kernel": {name: v for name, v in k.items()}, "capture_drops": cap_drop_total}
     return {"totals": totals,

@@ -292,8 +292,11 @@ def _plot_all(a: Analysis, plot_dir: Path) -> dict[str, Path | None]:
         if len(qsum) else []
     limits = {r.iface: r.limit_pkts for r in qsum.itertuples() if r.limit_pkts} \
         if len(qsum) else {}
+    labels = {r.iface: f"{r.switch} → {r.peer} ({r.kind})" for r in qsum.itertuples()
+              if isinstance(r.peer, str)} if len(qsum) else {}
     jobs = {
-        "queues": lambda p: plotting.queue_occupancy(t["queues_d"], hot, a.t0, p, limits),
+        "queues": lambda p: plotting.queue_occupancy(t["queues_d"], hot, a.t0, p, limits,
+                                                     labels),
         "throughput": lambda p: plotting.flow_throughput(t["throughput"], a.t0, p),
         "retransmissions": lambda p: plotting.retrans_timeline(t["retrans"], a.t0, a.t1, p),
         "iterations": lambda p: plotting.iteration_breakdown(t["iterations"], p),

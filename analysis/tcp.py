@@ -19,11 +19,13 @@ Each retransmission gets a trigger (`kind`), decided in this order:
     (inherited) a retransmission inside an ongoing recovery episode (before the ACK
            that covers the episode's recovery point) takes the episode's kind.
     fast   at least 3 duplicate ACKs (pure ACKs repeating the retransmitted sequence
-           number) reached the sender before it -- fast retransmit.
+           number) reached the sender before it, or its duplicate ACKs SACKed at least
+           3 segments above the hole (Linux counts SACKed segments, and one ACK often
+           SACKs several) -- fast retransmit / SACK recovery.
     tlp    none of the above and it resends the highest segment sent so far -- a
            tail-loss probe (Linux sends one after ~2 SRTT without ACKs).
-    other  none of the above: RACK/SACK-driven early retransmit with fewer than 3
-           duplicate ACKs, or anything else.
+    other  none of the above: RACK (time-based) early retransmit with fewer than 3
+           segments reported missing, or anything else.
 
 An *episode* starts with a retransmission outside any ongoing episode and ends when an
 ACK covers the highest sequence sent when it started. An RTO that fires again inside an
@@ -144,7 +146,8 @@ def retransmissions(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
 
     Returns (retrans, episodes).
     retrans: flow, src, dst, sport, dport, iface, t (s), seq (relative, bytes), len
-      (bytes), ip_id, kind, gap_s (silence before it), dupacks, event (starts an
+      (bytes), ip_id, kind, gap_s (silence before it), dupacks, sacked (segments SACKed
+      above the hole by those duplicate ACKs, upper bound), event (starts an
       episode or is an RTO firing), episode (id within the frame), tail (bool).
     episodes: episode, flow, kind, n_rto, n_retrans, stall_start, start, end,
       duration_s (end - stall_start; NaN if never recovered in the capture).
@@ -174,6 +177,11 @@ def retransmissions(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
         # pure ACKs sorted by (ack number, time): dup-ACK counts by binary search
         order = np.lexsort((at[pure], ack_rel[pure]))
         pa, pt = ack_rel[pure][order], at[pure][order]
+        # bytes SACKed above each ACK's cumulative point (upper bound: highest SACK edge)
+        sack_hi = acks["sack_hi"].to_numpy()[pure][order].astype(np.int64)
+        has_sack = acks["sack"].to_numpy()[pure][order]
+        beyond = np.where(has_sack, ((sack_hi - (base + pa)) % _TWO32), 0)
+        mss = int(ln.max()) if len(ln) else 1
         cum_ack = np.maximum.accumulate(ack_rel) if len(ack_rel) else ack_rel
         ep_end, ep_id, ep_kind = -np.inf, None, None
         for i in cand:
@@ -183,13 +191,16 @@ def retransmissions(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
             lo, hi = np.searchsorted(pa, rel[i], "left"), np.searchsorted(pa, rel[i], "right")
             n_same = int(np.searchsorted(pt[lo:hi], ti, "left"))
             dupacks = max(n_same - 1, 0)
+            # segments the receiver reported (SACK) above this hole before it was resent
+            above = beyond[lo:lo + n_same].max() - ln[i] if n_same else 0
+            sacked = max(int(above // mss), 0)
             tail = bool(end[i] >= snd_max[i])
             in_episode = ti < ep_end
             if gap >= rto_threshold_s:
                 kind, event = "rto", True
             elif in_episode:
                 kind, event = ep_kind, False
-            elif dupacks >= 3:
+            elif dupacks >= 3 or sacked >= 3:
                 kind, event = "fast", True
             elif tail:
                 kind, event = "tlp", True
@@ -216,11 +227,12 @@ def retransmissions(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
             rrows.append({"flow": f.flow, "src": f.src, "dst": f.dst, "sport": f.sport,
                           "dport": f.dport, "iface": f.sender_iface, "t": ti,
                           "seq": int(rel[i]), "len": int(ln[i]), "ip_id": int(ipid[i]),
-                          "kind": kind, "gap_s": gap, "dupacks": dupacks, "event": event,
+                          "kind": kind, "gap_s": gap, "dupacks": dupacks, "sacked": sacked,
+                          "event": event,
                           "episode": ep_id, "tail": tail})
     retrans = pd.DataFrame(rrows, columns=["flow", "src", "dst", "sport", "dport", "iface",
                                            "t", "seq", "len", "ip_id", "kind", "gap_s",
-                                           "dupacks", "event", "episode", "tail"])
+                                           "dupacks", "sacked", "event", "episode", "tail"])
     episodes = pd.DataFrame(erows, columns=["episode", "flow", "kind", "n_rto", "n_retrans",
                                             "stall_start", "start", "end"])
     episodes["duration_s"] = episodes["end"] - episodes["stall_start"]
