@@ -33,11 +33,14 @@ to every shard, pull the new slice from every shard. Modes (each shard decides a
   current version arrived and replies to those; a gradient arriving for an older version
   is late: it is still received (the stream stays consistent), discarded, counted, and
   answered with the current parameters. `--iterations` = updates; workers run until the
-  server's reply carries the stop flag (stragglers do fewer iterations).
+  server's reply carries the stop flag (stragglers do fewer iterations). One server
+  only (--shards 1): shards would reach their last update at different times.
 
-Every send and receive has the --timeout deadline; a dead or hung peer makes this
-process exit 1 with one line on stderr and an `error` event. Log: DIR/<rank>.jsonl, see
-docs/run-directory.md.
+Every send and receive has the --timeout deadline (make it exceed the longest
+legitimate wait: a straggler's step, or N x gradient bytes / link rate for a sync push);
+a dead or hung peer makes this process exit 1 with one line on stderr and an `error`
+event; SIGTERM exits 143 the same way. All ranks end with a barrier. Log:
+DIR/<rank>.jsonl, see docs/run-directory.md.
 """
 from __future__ import annotations
 
