@@ -477,14 +477,15 @@ def _sections(a: Analysis, figs: dict) -> list[tuple[str, str, str]]:
         out.append(("Training: iteration time", *none(msg)))
     else:
         imp = m["training"]
-        txt = (f"{imp['iterations']} iterations; mean {_fmt(imp['mean_s'])} s, median "
-               f"{_fmt(imp['median_s'])} s, p95 {_fmt(imp['p95_s'])} s. Clean iterations: "
-               f"{imp['clean']['n']} (mean {_fmt(imp['clean']['mean_s'])} s); with loss: "
-               f"{imp['with_loss']['n']} ({_signed(imp['with_loss'].get('extra_s_vs_clean'))} "
-               f"vs clean); with an RTO: {imp['with_rto']['n']} "
-               f"({_signed(imp['with_rto'].get('extra_s_vs_clean'))} vs clean). 'With loss' "
-               "means a capture loss of the worker's host or a tc drop on any port during "
-               "the iteration.")
+        w, wo = imp["with_rto"], imp["without_rto"]
+        txt = (f"{imp['iterations']} worker iterations; mean {_fmt(imp['mean_s'])} s, median "
+               f"{_fmt(imp['median_s'])} s, p95 {_fmt(imp['p95_s'])} s. With an RTO of the "
+               f"worker's host: {w['n']} (mean {_fmt(w['mean_s'])} s, "
+               f"{_signed(w.get('extra_s_vs_no_rto'))} vs the {wo['n']} without). With a "
+               f"loss but no RTO: {imp['with_loss']['n']} (mean "
+               f"{_fmt(imp['with_loss']['mean_s'])} s); clean: {imp['clean']['n']} (mean "
+               f"{_fmt(imp['clean']['mean_s'])} s). A loss is a capture loss of the worker's "
+               "host or a tc drop on any port during the iteration.")
         hit = it[(it["rtos"] > 0) | (it["losses"] > 0) | (it["tc_drops"] > 0)]
         out.append(("Training: iteration time", f"<p>{html.escape(txt)}</p>"
                     + _img(figs.get("iterations"), "iterations")

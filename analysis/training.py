@@ -126,7 +126,8 @@ def with_network_events(iters: pd.DataFrame, lost: pd.DataFrame | None = None,
 
 
 def impact_summary(iters_ev: pd.DataFrame) -> dict:
-    """How much longer iterations with losses/RTOs took than clean ones (seconds)."""
+    """How much longer iterations with losses/RTOs took (seconds): with an RTO vs without
+    one, and with a loss (no RTO) vs clean (neither)."""
     if iters_ev.empty:
         return {}
     d = iters_ev["duration_s"]
@@ -141,6 +142,7 @@ def impact_summary(iters_ev: pd.DataFrame) -> dict:
 
     out = {"iterations": int(len(iters_ev)), "clean": stats(clean),
            "with_loss": stats(hit_loss & ~hit_rto), "with_rto": stats(hit_rto),
+           "without_rto": stats(~hit_rto),
            "mean_s": float(d.mean()), "median_s": float(d.median()),
            "p95_s": float(d.quantile(0.95)),
            "compute_s_mean": _mean(iters_ev["compute_s"]),
@@ -149,6 +151,8 @@ def impact_summary(iters_ev: pd.DataFrame) -> dict:
     for k in ("with_loss", "with_rto"):
         m = out[k]["mean_s"]
         out[k]["extra_s_vs_clean"] = (m - c) if m is not None and c is not None else None
+    m, n = out["with_rto"]["mean_s"], out["without_rto"]["mean_s"]
+    out["with_rto"]["extra_s_vs_no_rto"] = (m - n) if m is not None and n is not None else None
     return out
 
 

@@ -100,6 +100,7 @@ def test_training_impact(demo, analysed):
     assert set(hit["rank"]) == {1} and set(hit["iteration"]) == {1, 3}
     imp = json.loads(paths["metrics"].read_text())["training"]
     assert imp["with_rto"]["n"] == 2 and imp["with_rto"]["extra_s_vs_clean"] > 0
+    assert imp["without_rto"]["n"] == 10 and imp["with_rto"]["extra_s_vs_no_rto"] > 0.1
     steps = a.tables["steps"]
     assert len(steps) == 6 and (steps["straggler"] == 1).all()
     assert a.metrics["headline"]["staleness_mean"] == 0.0
