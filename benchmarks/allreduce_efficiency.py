@@ -14,8 +14,9 @@ For a gradient of M bytes (default 4 MiB) and N ranks on links of B bit/s:
   2 N x M / B (the barrier serialises push and pull).
 
 ratio = measured / bound (1.0 = ideal, larger = slower), median over --reps timed
-repetitions after one warm-up. Each repetition starts after a gloo barrier; a
-repetition's time is the slowest rank's.
+repetitions after one warm-up; effective Mbit/s = the link rate at which the bound would
+equal the measured time (on loopback: what the CPU and loopback sustained). Each
+repetition starts after a gloo barrier; a repetition's time is the slowest rank's.
 
 The measurement core, `measure()`, takes the host addresses, the bandwidth and a
 launcher that runs a command on host i; `--loopback` runs every rank on 127.0.0.1 (so
@@ -127,11 +128,16 @@ class Result:
     def ratio(self) -> float:
         return self.median_s / self.bound_s
 
-    def as_dict(self) -> dict:
+    def effective_mbps(self, bandwidth_mbps: float) -> float:
+        """The link rate (Mbit/s) at which the bound would equal the measured time."""
+        return bandwidth_mbps * self.bound_s / self.median_s
+
+    def as_dict(self, bandwidth_mbps: float) -> dict:
         return {"algo": self.algo, "phase": self.phase, "n": self.n,
                 "size_bytes": self.size_bytes, "median_s": self.median_s,
                 "bound_s": self.bound_s, "ratio": self.ratio,
-                "efficiency": self.bound_s / self.median_s}
+                "efficiency": self.bound_s / self.median_s,
+                "effective_mbps": self.effective_mbps(bandwidth_mbps)}
 
 
 def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path,
@@ -251,11 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         print(f"{r.algo:5s} {r.phase:5s} N={r.n:<2d} M={r.size_bytes} B: measured "
               f"{r.median_s * 1e3:9.2f} ms, bound {r.bound_s * 1e3:9.2f} ms, "
-              f"ratio {r.ratio:8.4f}, efficiency {r.bound_s / r.median_s:8.2f}")
+              f"ratio {r.ratio:8.4f}, effective {r.effective_mbps(args.bandwidth_mbps):10.1f} "
+              f"Mbit/s")
     print(json.dumps({"benchmark": "allreduce_efficiency",
                       "mode": "loopback" if args.loopback else "fabric",
                       "bandwidth_mbps": args.bandwidth_mbps, "size_bytes": args.size_bytes,
-                      "reps": args.reps, "results": [r.as_dict() for r in results]}))
+                      "reps": args.reps,
+                      "results": [r.as_dict(args.bandwidth_mbps) for r in results]}))
     return 0
 
 
