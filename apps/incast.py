@@ -211,7 +211,7 @@ def read_round(socks: list[socket.socket], names: list[str], block: int, timeout
                         pending -= 1
         finally:
             for s in socks:
-                s.setblocking(True)
+                s.settimeout(timeout)  # back to blocking with a deadline
     return got
 
 
