@@ -135,10 +135,14 @@ def port_table(queue_summary: pd.DataFrame, attributed: pd.DataFrame) -> pd.Data
     """Per egress port: tc drops vs capture-inferred losses attributed to it.
 
     Columns: iface, kind, tc_drops, capture_losses, difference (tc - capture),
-    ratio (tc / capture).
+    ratio (tc / capture), and how the losses were placed there: at_tc_drop (a tc drop
+    on this port at that time), by_captures (switch-port captures), unmatched (no
+    drop counted anywhere on the path then: put on the last hop by default).
     """
     losses = (attributed.groupby("port").size() if len(attributed)
               else pd.Series(dtype=float))
+    how = (attributed.groupby(["port", "attributed_by"]).size() if len(attributed)
+           else pd.Series(dtype=float))
     ports = list(queue_summary["iface"]) if len(queue_summary) else []
     ports += [p for p in losses.index if p not in ports]
     rows = []
@@ -151,9 +155,13 @@ def port_table(queue_summary: pd.DataFrame, attributed: pd.DataFrame) -> pd.Data
         rows.append({"iface": p, "kind": qs.loc[p, "kind"] if qs is not None and p in qs.index
                      else None, "tc_drops": tc, "capture_losses": cl,
                      "difference": tc - cl if not np.isnan(tc) else np.nan,
-                     "ratio": tc / cl if cl > 0 and not np.isnan(tc) else np.nan})
+                     "ratio": tc / cl if cl > 0 and not np.isnan(tc) else np.nan,
+                     "at_tc_drop": int(how.get((p, "queue-drops"), 0)),
+                     "by_captures": int(how.get((p, "captures"), 0)),
+                     "unmatched": int(how.get((p, "last-hop"), 0))})
     return pd.DataFrame(rows, columns=["iface", "kind", "tc_drops", "capture_losses",
-                                       "difference", "ratio"])
+                                       "difference", "ratio", "at_tc_drop", "by_captures",
+                                       "unmatched"])
 
 
 def host_table(retrans: pd.DataFrame, counters: pd.DataFrame, fabric: dict) -> pd.DataFrame:
@@ -283,6 +291,10 @@ def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
             msg += (" Fewer tc drops than captured losses: packets were lost where no queue "
                     "counts them (e.g. an overloaded OVS userspace datapath, or tcpdump "
                     "drops at the receiver-side capture).")
+            cpu = manifest.get("cpu") if isinstance(manifest.get("cpu"), dict) else {}
+            if cpu.get("saturated"):
+                msg += (" The CPU was saturated during this run, and the userspace datapath "
+                        "then drops packets that no counter shows.")
         notes.append(msg)
     elif tc_drops and not cap_losses:
         notes.append(f"tc counted {tc_drops:.0f} drops; the captures show none (flows not "

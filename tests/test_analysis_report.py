@@ -75,6 +75,7 @@ def test_losses_attributed_to_the_dropping_port(analysed):
     assert set(lost["attributed_by"]) == {"queue-drops"}
     ports = a.tables["recon"]["ports"].set_index("iface")
     assert ports.loc["lf2-eth1", "tc_drops"] == 6 and ports.loc["lf2-eth1", "capture_losses"] == 3
+    assert ports.loc["lf2-eth1", "at_tc_drop"] == 3 and ports.loc["lf2-eth1", "unmatched"] == 0
     hosts = a.tables["recon"]["hosts"].set_index("host")
     assert hosts.loc["h1", "kernel_retrans_segs"] == 5 and hosts.loc["h1", "capture_retrans"] == 4
 
