@@ -1,8 +1,9 @@
 """Compare runs: group by what differs between their spec.toml files, then mean and 95 %
 confidence interval (Student t) of headline metrics over the repetitions in a group.
 
-Keys that differ between repetitions of the same point by construction (`run.seed`,
-`run.name`, `run.out_dir`, `run.repetitions`, `run.description`) do not define groups.
+Keys that differ between repetitions of the same point by construction or are only
+limits (`run.seed`, `run.name`, `run.out_dir`, `run.repetitions`, `run.description`,
+`run.duration_limit_s`, `run.phase_timeout_s`) do not define groups.
 Runs whose manifest status is not `complete` are listed but left out of the statistics.
 """
 from __future__ import annotations
@@ -18,7 +19,9 @@ import pandas as pd
 from . import plots
 from .report import CSS, _df_html, _img, _jsonable, analyse
 
-IGNORED_KEYS = {"run.seed", "run.name", "run.out_dir", "run.repetitions", "run.description"}
+# bookkeeping and limits, not experiment factors
+IGNORED_KEYS = {"run.seed", "run.name", "run.out_dir", "run.repetitions", "run.description",
+                "run.duration_limit_s", "run.phase_timeout_s"}
 HEADLINE = [  # (metrics.json headline key, unit)
     ("iteration_time_mean_s", "s"), ("step_time_mean_s", "s"), ("tc_drops", "packets"),
     ("capture_losses", "packets"), ("retransmissions", "packets"),
@@ -87,7 +90,16 @@ def group_label(spec: dict, keys: list[str]) -> str:
     flat = flatten(spec)
     short = [k.rsplit(".", 1)[-1] for k in keys]
     names = short if len(set(short)) == len(short) else keys
-    return ",".join(f"{n}={flat.get(k, '(absent)')}" for n, k in zip(names, keys, strict=True))
+    return ",".join(f"{n}={_value_text(flat.get(k, '(absent)'))}"
+                    for n, k in zip(names, keys, strict=True))
+
+
+def _value_text(v) -> str:
+    if isinstance(v, tuple):
+        return "[" + " ".join(_value_text(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + " ".join(f"{k}:{_value_text(x)}" for k, x in v.items()) + "}"
+    return str(v)
 
 
 def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:

@@ -335,13 +335,19 @@ def compare_bars(table: pd.DataFrame, metric: str, path, unit: str = "") -> Path
     if t.empty:
         return None
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(t) + 2), 3.5))
-    err = t["ci95"].fillna(0).to_numpy()
-    ax.bar(range(len(t)), t["mean"], yerr=err, capsize=4, color="tab:blue")
-    labels = [f"{g}\n(n={n})" for g, n in zip(t["group"], t["n"], strict=True)]
-    ax.set_xticks(range(len(t)), labels, rotation=30, ha="right", fontsize="small")
+    err = t["ci95"].to_numpy(dtype=float)
+    ok = np.isfinite(err)
+    ax.bar(range(len(t)), t["mean"], color="tab:blue")
+    if ok.any():
+        ax.errorbar(np.arange(len(t))[ok], t["mean"].to_numpy()[ok], yerr=err[ok],
+                    fmt="none", ecolor="k", capsize=4)
+    err = np.where(ok, err, 0)
+    labels = [f"{g}".replace(",", "\n") + f"\n(n={n})"
+              for g, n in zip(t["group"], t["n"], strict=True)]
+    ax.set_xticks(range(len(t)), labels, fontsize="x-small")
     ax.set_ylabel(f"{metric}{f' ({unit})' if unit else ''}")
     ax.set_ylim(bottom=min(0, float((t["mean"] - err).min())))
     ax.axhline(0, color="k", lw=0.5)
-    ax.set_title(f"{metric}: mean and 95 % CI (t-distribution) over repetitions",
-                 fontsize="medium")
+    ax.set_title(f"{metric}: mean and 95 % CI (t-distribution) over repetitions"
+                 + ("" if ok.all() else "\n(no interval where n = 1)"), fontsize="medium")
     return _save(fig, path)
