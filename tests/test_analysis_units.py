@@ -1,0 +1,89 @@
+"""Small pure functions of the analysis: counters, fabric maps, paths, episodes."""
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from incastlab.analysis import episodes, queues, reconcile, rundir
+from incastlab.analysis.synthetic import demo_fabric
+
+T0 = 1_700_000_000.0
+
+
+def _fabric(tmp_path, data):
+    (tmp_path / "fabric.json").write_text(json.dumps(data))
+    return rundir.load_fabric(tmp_path)
+
+
+def test_counter_increase_handles_resets_and_gaps():
+    assert queues.counter_increase([5, 7, 10]) == 5
+    assert queues.counter_increase([5, 7, 2, 4]) == 2 + 2 + 2  # reset to 0 then 2, 4
+    assert queues.counter_increase([np.nan, 3, 4]) == 1
+    assert queues.counter_increase([4]) == 0
+
+
+def test_fabric_normalisation_and_roles(tmp_path):
+    f = _fabric(tmp_path, demo_fabric())
+    assert f["spines"] == ["sp1", "sp2"] and f["leaves"] == ["lf1", "lf2"]
+    assert f["hosts"]["h3"] == {"ip": "10.0.2.1", "leaf": "lf2", "rate_mbps": 10.0}
+    roles = queues.port_roles(f)
+    assert roles["lf2-eth1"]["kind"] == "host-downlink" and roles["lf2-eth1"]["peer"] == "h3"
+    assert roles["lf1-eth3"]["kind"] == "uplink" and roles["sp2-eth1"]["kind"] == "spine-downlink"
+    assert roles["lf1-eth3"]["queue_packets"] == 20
+    assert queues.path_ports(f, "h1", "h3", "sp2") == ["lf1-eth4", "sp2-eth2", "lf2-eth1"]
+    assert queues.path_ports(f, "h1", "h3") == ["lf1-eth3", "sp1-eth2", "lf1-eth4",
+                                                "sp2-eth2", "lf2-eth1"]
+    assert queues.path_ports(f, "h1", "h2") == ["lf1-eth2"]
+    assert queues.path_ports(f, "h1", "h99") == []
+
+
+def test_fabric_alternative_shape(tmp_path):
+    f = _fabric(tmp_path, {"hosts": {"a": {"ip": "10.1.0.1/24"}, "b": "10.1.0.2"},
+                           "links": [{"a": "a", "b": "leaf1", "a_iface": "a-eth0",
+                                      "b_iface": 1, "rate_mbps": 50},
+                                     {"src": "b", "dst": "leaf1", "port2": "leaf1-eth2"}]})
+    assert f["hosts"]["a"] == {"ip": "10.1.0.1", "leaf": "leaf1", "rate_mbps": 50.0}
+    assert f["hosts"]["b"]["leaf"] == "leaf1" and f["leaves"] == ["leaf1"]
+    assert rundir.egress_iface(f, "leaf1", "a") == "leaf1-eth1"
+
+
+def test_missing_files_give_empty_tables(tmp_path):
+    assert rundir.load_queues(tmp_path).empty and rundir.load_counters(tmp_path).empty
+    assert rundir.load_workers(tmp_path).empty and rundir.load_manifest(tmp_path) == {}
+    assert rundir.load_fabric(tmp_path) == rundir.empty_fabric()
+    assert rundir.counter_delta(rundir.load_counters(tmp_path), "TcpRetransSegs") is None
+
+
+def test_capture_drop_total():
+    assert reconcile.capture_drop_total({}) is None
+    m = {"capture_drops": {"a": {"dropped_by_kernel": 2, "dropped_by_interface": None},
+                           "b": {"dropped_by_kernel": 0, "dropped_by_interface": 3}, "c": 4}}
+    assert reconcile.capture_drop_total(m) == 9
+
+
+def _q(iface, backlog, drops, dt=0.01):
+    return [{"t": T0 + k * dt, "switch": iface.split("-")[0], "port": 1, "iface": iface,
+             "backlog_bytes": b * 1500, "backlog_pkts": b, "drops": d, "overlimits": 0,
+             "sent_bytes": k * 1000, "sent_pkts": k, "requeues": 0}
+            for k, (b, d) in enumerate(zip(backlog, drops, strict=True))]
+
+
+def test_episodes_without_fabric_or_captures():
+    rows = _q("s1-eth1", [0, 5, 10, 10, 2, 0, 0, 10, 0], [0, 0, 0, 3, 3, 3, 3, 4, 4])
+    e = episodes.incast_episodes(pd.DataFrame(rows))
+    # limit = the port's maximum backlog (10): samples 2-3 (drops at 3), then sample 7
+    assert list(np.round(e["start"] - T0, 3)) == [0.02, 0.07]
+    assert list(e["drops"]) == [3, 1]
+    assert math.isnan(e["n_senders"].iloc[0]) and not e["incast"].any()
+
+
+def test_queue_summary_and_utilisation():
+    rows = _q("lf1-eth1", [0, 1, 2, 3], [0, 1, 1, 2]) + _q("lf1-eth2", [0, 0, 0, 0], [0] * 4)
+    qs = queues.queue_summary(pd.DataFrame(rows))
+    assert list(qs["iface"]) == ["lf1-eth1", "lf1-eth2"]  # most drops first
+    assert qs.iloc[0]["drops"] == 2 and qs.iloc[0]["sent_bytes"] == 3000
+    u = queues.link_utilisation(pd.DataFrame(rows), ["lf1-eth1"], {"lf1-eth1": 1.0}, bin_s=0.1)
+    # 3000 bytes in one 0.1 s bin = 0.24 Mbit/s = 24 % of 1 Mbit/s
+    assert u["mbps"].sum() == pytest.approx(0.24) and u["utilisation"].max() == pytest.approx(0.24)
