@@ -294,6 +294,8 @@ def _plot_all(a: Analysis, plot_dir: Path) -> dict[str, Path | None]:
         if len(qsum) else {}
     labels = {r.iface: f"{r.switch} → {r.peer} ({r.kind})" for r in qsum.itertuples()
               if isinstance(r.peer, str)} if len(qsum) else {}
+    r = t["retrans"]
+    rto_times = r.loc[r["event"].astype(bool) & (r["kind"] == "rto"), "t"] if len(r) else []
     jobs = {
         "queues": lambda p: plotting.queue_occupancy(t["queues_d"], hot, a.t0, p, limits,
                                                      labels),
@@ -304,7 +306,7 @@ def _plot_all(a: Analysis, plot_dir: Path) -> dict[str, Path | None]:
         "loss": lambda p: plotting.loss_curve(t["loss_curve"], a.t0, p),
         "balance": lambda p: plotting.spine_balance(t["balance"], t["utilisation"], a.t0, p),
         "ring": lambda p: plotting.ring_vs_bound(t["ring"], p),
-        "incast": lambda p: plotting.incast_goodput(t["rounds"], p),
+        "incast": lambda p: plotting.incast_goodput(t["rounds"], p, rto_times),
         "reconciliation": lambda p: plotting.reconciliation_bars(t["recon"]["totals"], p),
     }
     out = {}
