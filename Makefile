@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 .PHONY: install demo test lint clean
 
 define need_root
-	@if [ "$$(id -u)" -ne 0 ]; then echo "incastlab builds networks and needs root: run 'sudo make $@'." >&2; exit 1; fi
+	@if [ "$$(id -u)" -ne 0 ]; then echo "incastlab builds networks and needs root: run 'sudo make $(or $(MAKECMDGOALS),$@)'." >&2; exit 1; fi
 endef
 
 install:

@@ -1,0 +1,76 @@
+"""Root tier for measurement and analysis: a real incast run, then the report.
+
+Four workers push gradients into one parameter server through a 20-packet queue. The
+queue's own drop counter (tc), the losses inferred from the captures, the kernel's
+TcpRetransSegs and the retransmissions seen in the captures are independent views of the
+same events: they must agree within a stated tolerance."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from incastlab.analysis.report import build_report
+from incastlab.runner import check_ready, run_experiment
+from incastlab.spec import load_spec
+from tests.rootnet import free_port
+
+pytestmark = pytest.mark.root
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# tc on an OVS egress port may count a drop the captures cannot place (e.g. a frame
+# dropped before its copy reached the sender-side capture) and vice versa; allow a
+# quarter of the larger count plus a handful of packets.
+TOLERANCE = 0.25
+SLACK = 10
+
+
+@pytest.fixture(scope="module")
+def incast_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("incast-run")
+    spec = load_spec(None, ["topology.spines=2", "topology.leaves=3",
+                            "topology.hosts_per_leaf=2", "topology.queue_packets=20",
+                            "workload.kind=ps", "workload.mode=sync", "workload.workers=4",
+                            "workload.worker_leaves=[2, 3]", "workload.model_size=250000",
+                            "workload.iterations=6", "routing.policy=ecmp"])
+    port = free_port()
+    caps = check_ready(spec, port)
+    status = run_experiment(spec, run_dir, controller_port=port, caps=caps)
+    assert status == "complete", json.loads((run_dir / "manifest.json").read_text())["reason"]
+    build_report(run_dir)
+    return run_dir
+
+
+def test_queue_drops_and_capture_losses_agree(incast_run):
+    metrics = json.loads((incast_run / "metrics.json").read_text())
+    rec = metrics["reconciliation"]
+    tc, lost = rec["tc_drops"], rec["capture_losses"]
+    assert tc > 20, "a 20-packet queue under a 4:1 incast must overflow"
+    assert abs(tc - lost) <= TOLERANCE * max(tc, lost) + SLACK, rec
+    # the kernel's own count of retransmitted segments against the captures' count
+    kernel = rec["kernel"]["TcpRetransSegs"]
+    assert abs(kernel - rec["capture_retrans"]) <= TOLERANCE * kernel + SLACK, rec
+    assert rec["capture_drops"] == 0, "tcpdump itself lost packets: captures untrustworthy"
+
+
+def test_incast_drops_sit_at_the_ps_port(incast_run):
+    queues = incast_run / "queues.csv"
+    import pandas as pd
+
+    q = pd.read_csv(queues)
+    drops = q.groupby("iface")["drops"].agg(lambda s: s.iloc[-1] - s.iloc[0])
+    assert drops.idxmax() in ("lf1-eth1", "sp1-eth1", "sp2-eth1"), drops.to_dict()
+    assert q.groupby("iface")["backlog_pkts"].max().max() <= 20
+
+
+def test_report_and_plots_are_complete(incast_run):
+    html = (incast_run / "report.html").read_text()
+    assert "Reconciliation" in html and "aborted" not in html.split("<body", 1)[1][:2000]
+    assert "http://" not in html and "https://" not in html, "report must be self-contained"
+    metrics = json.loads((incast_run / "metrics.json").read_text())
+    assert metrics["plots"], "no plots were made"
+    for name in metrics["plots"]:
+        data = (incast_run / "plots" / name).read_bytes()
+        assert data.startswith(PNG_MAGIC), name
+        import matplotlib.image
+
+        assert matplotlib.image.imread(incast_run / "plots" / name).shape[0] > 100, name
