@@ -33,8 +33,9 @@ to every shard, pull the new slice from every shard. Modes (each shard decides a
   current version arrived and replies to those; a gradient arriving for an older version
   is late: it is still received (the stream stays consistent), discarded, counted, and
   answered with the current parameters. `--iterations` = updates; workers run until the
-  server's reply carries the stop flag (stragglers do fewer iterations). One server
-  only (--shards 1): shards would reach their last update at different times.
+  server's reply carries the stop flag (stragglers do fewer iterations). With shards,
+  each decides alone (a gradient can be late at one shard and on time at another); a
+  worker stops pushing to a shard once that shard said stop, and ends when all did.
 
 Every send and receive has the --timeout deadline (make it exceed the longest
 legitimate wait: a straggler's step, or N x gradient bytes / link rate for a sync push);
@@ -110,9 +111,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if args.backup_workers >= workers:
             parser.error(f"argument --backup-workers: must be < the number of workers "
                          f"({workers}), got {args.backup_workers}")
-        if args.shards > 1:
-            parser.error("argument --shards: backup mode supports one server only "
-                         "(shards would end their steps at different times)")
     elif args.backup_workers is not None:
         parser.error("argument --backup-workers: only valid with --mode backup")
     for r, _ in args.slowdown:
@@ -308,64 +306,88 @@ def run_server(args: argparse.Namespace, log: common.JsonLog) -> None:
 # ----------------------------------------------------------------------------- worker
 
 
+class ShardLink:
+    """A worker's view of one server shard: its slice, version and whether it stopped."""
+
+    def __init__(self, rank: int, lo: int, hi: int) -> None:
+        self.rank, self.lo, self.hi = rank, lo, hi
+        self.params = torch.empty(0)
+        self.version = 0
+        self.stopped = False
+        self._posted: tuple[Any, torch.Tensor] | None = None
+
+    def post_pull(self) -> None:
+        buf = torch.empty(self.hi - self.lo + PULL_TRAILER)
+        self._posted = (dist.irecv(buf, src=self.rank), buf)
+
+    def push(self, grad: torch.Tensor, iteration: int) -> tuple[Any, torch.Tensor]:
+        msg = torch.cat([grad[self.lo:self.hi],
+                         torch.tensor([self.version, iteration], dtype=torch.float32)])
+        return dist.isend(msg, dst=self.rank), msg
+
+    def finish_pull(self, timeout: float) -> dict[str, Any]:
+        assert self._posted is not None
+        work, buf = self._posted
+        self._posted = None
+        common.wait(work, timeout, f"receive parameters from server rank {self.rank}")
+        version, stale, hold, stop, accepted = buf[-PULL_TRAILER:].tolist()
+        self.params = buf[:-PULL_TRAILER]
+        self.version, self.stopped = int(version), stop > 0
+        return {"staleness": int(stale), "hold": hold, "accepted": accepted > 0,
+                "bytes": buf.numel() * BYTES_PER_PARAM}
+
+
 def run_worker(args: argparse.Namespace, log: common.JsonLog) -> None:
+    """Compute, push to every shard still running, pull from them; until all stopped.
+
+    A shard that has answered with the stop flag gets no more traffic from this worker
+    (its slice is final), so each server knows when every worker is done with it.
+    """
     workers = args.world_size - args.shards
     index = args.rank - args.shards
     trainer = Trainer(build_model(args.model_size, args.seed),
                       Digits(index, workers, args.batch_size, args.seed),
                       slowdown=common.slowdown_factor(args, args.rank))
-    bounds = shard_bounds(trainer.n_params, args.shards)
-    servers = range(args.shards)
+    shards = [ShardLink(k, lo, hi)
+              for k, (lo, hi) in enumerate(shard_bounds(trainer.n_params, args.shards))]
     log_start(args, log, trainer.n_params, "worker", worker_index=index,
               slowdown=trainer.slowdown)
     t0 = time.time()
     common.init_gloo(args)
-
-    def post_pull() -> list[tuple[Any, torch.Tensor]]:
-        bufs = [torch.empty(hi - lo + PULL_TRAILER) for lo, hi in bounds]
-        return [(dist.irecv(b, src=k), b) for k, b in zip(servers, bufs, strict=True)]
-
-    def finish_pull(posted: list[tuple[Any, torch.Tensor]]) -> tuple[torch.Tensor, dict]:
-        for k, (work, _) in enumerate(posted):
-            common.wait(work, args.timeout, f"receive parameters from server rank {k}")
-        bufs = [b for _, b in posted]
-        tr = [b[-PULL_TRAILER:].tolist() for b in bufs]
-        params = torch.cat([b[:-PULL_TRAILER] for b in bufs])
-        meta = {"versions": [int(t[0]) for t in tr], "staleness": max(int(t[1]) for t in tr),
-                "hold": max(t[2] for t in tr), "stop": all(t[3] > 0 for t in tr),
-                "accepted": all(t[4] > 0 for t in tr),
-                "bytes": sum(b.numel() for b in bufs) * BYTES_PER_PARAM}
-        return params, meta
-
-    params, meta = finish_pull(post_pull())
-    log.write("ready", t=time.time(), init_s=time.time() - t0, bytes_recv=meta["bytes"])
+    for shard in shards:
+        shard.post_pull()
+    got = [shard.finish_pull(args.timeout) for shard in shards]
+    log.write("ready", t=time.time(), init_s=time.time() - t0,
+              bytes_recv=sum(g["bytes"] for g in got))
     iteration = 0
-    while not meta["stop"]:
-        versions = meta["versions"]
+    while not all(shard.stopped for shard in shards):
+        active = [shard for shard in shards if not shard.stopped]
+        versions = [shard.version for shard in shards]
         t_start = time.time()
+        params = torch.cat([shard.params for shard in shards])
         grad, loss, compute_s, slow_s = trainer.gradient(params)
-        posted = post_pull()
+        for shard in active:
+            shard.post_pull()
         t_push = time.time()
-        sends, bytes_sent = [], 0
-        for k, (lo, hi) in zip(servers, bounds, strict=True):
-            msg = torch.cat([grad[lo:hi], torch.tensor([versions[k], iteration],
-                                                        dtype=torch.float32)])
-            sends.append((k, dist.isend(msg, dst=k), msg))
-            bytes_sent += msg.numel() * BYTES_PER_PARAM
-        for k, work, _ in sends:
-            common.wait(work, args.timeout, f"send gradient to server rank {k}")
+        sends = [(shard, *shard.push(grad, iteration)) for shard in active]
+        for shard, work, _msg in sends:
+            common.wait(work, args.timeout, f"send gradient to server rank {shard.rank}")
         t_pushed = time.time()
-        params, meta = finish_pull(posted)
+        got = [shard.finish_pull(args.timeout) for shard in active]
         t_end = time.time()
         log.write("iteration", iteration=iteration, t_start=t_start, t_end=t_end,
                   compute_s=compute_s, slowdown_s=slow_s, t_push=t_push, comm_s=t_end - t_push,
-                  wait_s=meta["hold"], push_s=t_pushed - t_push, pull_s=t_end - t_pushed,
-                  bytes_sent=bytes_sent, bytes_recv=meta["bytes"],
+                  wait_s=max(g["hold"] for g in got), push_s=t_pushed - t_push,
+                  pull_s=t_end - t_pushed,
+                  bytes_sent=sum(msg.numel() for _, _, msg in sends) * BYTES_PER_PARAM,
+                  bytes_recv=sum(g["bytes"] for g in got),
                   model_version=min(versions), shard_versions=versions,
-                  new_version=min(meta["versions"]), staleness=meta["staleness"],
-                  accepted=meta["accepted"], loss=loss)
+                  new_version=min(shard.version for shard in shards),
+                  staleness=max(g["staleness"] for g in got),
+                  accepted=all(g["accepted"] for g in got), loss=loss)
         iteration += 1
     common.finish_gloo(args.timeout)
+    params = torch.cat([shard.params for shard in shards])
     accuracy, test_loss = trainer.evaluate(params)
     log.write("final", t=time.time(), accuracy=accuracy, loss=test_loss, iterations=iteration,
               params_sha256=params_digest(params))

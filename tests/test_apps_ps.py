@@ -120,6 +120,22 @@ def test_backup_discards_exactly_the_stragglers_late_gradients(tmp_path: Path) -
     assert set(listed) <= {3} and len(listed) <= len(straggler_its)
 
 
+def test_backup_with_two_shards_discards_at_each_shard(tmp_path: Path) -> None:
+    """Ranks 0,1 servers; 2,3 fast workers; 4 the straggler. Each shard decides alone."""
+    logs = run_ps(tmp_path, 3, ["--mode", "backup", "--backup-workers", "1",
+                                "--iterations", "8", "--slowdown", "4:40",
+                                "--model-size", "0.1", "--batch-size", "64"], shards=2)
+    straggler_its = events(logs[4], "iteration")
+    for server in (0, 1):
+        updates = events(logs[server], "update")
+        assert [u["version"] for u in updates] == list(range(1, 9))
+        assert all(u["from_ranks"] == [2, 3] for u in updates)
+        final = only(logs[server], "final")
+        assert final["discarded_by_rank"] == {"2": 0, "3": 0, "4": len(straggler_its)}
+    digests = {only(logs[r], "final")["params_sha256"] for r in (2, 3, 4)}
+    assert len(digests) == 1  # everyone ends with both shards' final slices
+
+
 def test_sharded_ps_equals_unsharded_bit_for_bit(tmp_path: Path) -> None:
     extra = ["--mode", "sync", "--iterations", "8", "--seed", "7"]
     one = run_ps(tmp_path / "one", 2, extra, shards=1)
