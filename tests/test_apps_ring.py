@@ -143,3 +143,19 @@ def test_missing_rendezvous_is_one_clear_line(tmp_path: Path) -> None:
         assert lines[0].startswith(
             f"incastlab.apps.ring: error: rank 1: rendezvous at 127.0.0.1:{port} failed "
             "within 2 s"), lines
+
+
+def test_ring_waits_for_a_straggler(tmp_path: Path) -> None:
+    """Synchronous all-reduce: the others' all-reduce time absorbs rank 1's slowness."""
+    with LocalJob(tmp_path) as job:
+        for r, argv in enumerate(ring_argv(3, tmp_path, free_port(),
+                                           ["--model-size", "0.05", "--iterations", "8",
+                                            "--slowdown", "1:10", "--timeout", "30"])):
+            job.start(r, argv)
+        codes = job.wait(120)
+        assert all(c == 0 for c in codes.values()), [job.stderr(r) for r in codes]
+    its = {r: events(read_jsonl(tmp_path / f"{r}.jsonl"), "iteration")[1:] for r in range(3)}
+    injected = sum(i["slowdown_s"] for i in its[1])
+    assert injected > 0 and all(i["slowdown_s"] == 0 for r in (0, 2) for i in its[r])
+    for r in (0, 2):
+        assert sum(i["allreduce_s"] for i in its[r]) > 0.5 * injected
