@@ -216,13 +216,22 @@ def run_loopback(args: argparse.Namespace) -> list[Result]:
 def run_fabric(args: argparse.Namespace) -> list[Result]:
     """TODO(integrator): run the ranks inside the emulated hosts of a Mininet fabric.
 
-    Contract: bring a fabric up (e.g. leaf-spine at 50 Mbit/s) with the orchestrator,
-    then call `measure(hosts, bandwidth_mbps, launch, out, ifaces=...)` with
-    hosts = the emulated hosts' IPs (>= max(world_sizes)+1, server on hosts[0]),
-    ifaces = their interface names (e.g. 'h1-eth0') and
-    launch = lambda rank, i, argv: net_hosts[i].popen(argv) (a Popen-like handle),
-    and tear the fabric down in a finally. Congestion control and queue sizes are the
-    runner's business; record them next to the JSON this prints.
+    Not wired yet because the apps' owner must not touch Mininet; a sketch against the
+    orchestrator's API as it stands (incastlab.fabric.Fabric, topologies.leafspine):
+
+        topo = LeafSpineTopo(spines, leaves, hosts_per_leaf, bw=args.bandwidth_mbps, ...)
+        with Fabric(topo, policy="ecmp", run_dir=out) as fab:
+            hosts = fabric_map(topo)["hosts"]          # [{"name": "h1", "ip": ...}, ...]
+            logs = {}
+            def launch(rank, i, argv):
+                logs[rank] = open(out / f"{argv[3]}-{rank}.stderr", "w")
+                return fab.popen(hosts[i]["name"], argv, f"bench {rank}",
+                                 stdout=subprocess.DEVNULL, stderr=logs[rank])
+            return measure([h["ip"] for h in hosts], args.bandwidth_mbps, launch, out,
+                           ifaces=[f"{h['name']}-eth0" for h in hosts], ...)
+
+    Needs max(world_sizes)+1 hosts (9 for N=8; the PS server is hosts[0]). Record the
+    congestion control and queue sizes next to the JSON this prints.
     """
     raise SystemExit("allreduce_efficiency: fabric mode is not wired yet (TODO in "
                      "run_fabric); use --loopback")
