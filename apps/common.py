@@ -3,7 +3,7 @@
 Nothing here knows about Mininet: the apps run the same inside an emulated host and on
 loopback. Every blocking communication step goes through `wait()` with a deadline, so a
 dead or hung peer turns into a `PeerError` (one clear line on stderr, an `error` event in
-the log, exit status 1) instead of a hang.
+the log, exit status 1) instead of a hang; SIGTERM/SIGINT do the same with 128+N.
 """
 from __future__ import annotations
 
