@@ -165,6 +165,9 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
         missing["pcap"] = "no readable captures in pcap/"
     tcp_df = tcp.combine(pcaps)
     flows = tcp.data_flows(tcp_df)
+    for r in tcp.reused_tuples(tcp_df).drop_duplicates("flow").itertuples(index=False):
+        problems.append(f"flow {r.flow} carried {r.connections} connections (same ports "
+                        "reused); its retransmission and loss counts mix them")
     retrans, rec_eps = tcp.retransmissions(tcp_df, flows, rto_threshold_s=rto_threshold_s)
     lost = tcp.losses(tcp_df, flows)
     spurious = tcp.spurious_retransmissions(tcp_df, retrans, flows)

@@ -101,6 +101,20 @@ def data_flows(tcp: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def reused_tuples(tcp: pd.DataFrame) -> pd.DataFrame:
+    """Flows whose 4-tuple carried more than one connection (distinct SYN sequence
+    numbers at one capture point); their sequence analysis mixes connections.
+
+    Columns: flow, iface, connections."""
+    syn = tcp[((tcp["flags"] & SYN) > 0) & ((tcp["flags"] & ACK) == 0)]
+    if syn.empty:
+        return pd.DataFrame(columns=["flow", "iface", "connections"])
+    n = syn.groupby([*FLOW_KEY, "iface"], observed=True)["seq"].nunique()
+    n = n[n > 1].reset_index()
+    return pd.DataFrame({"flow": [flow_name(*k) for k in n[FLOW_KEY].itertuples(index=False)],
+                         "iface": n["iface"].astype(str), "connections": n["seq"]})
+
+
 def _index(tcp: pd.DataFrame) -> dict:
     """{(iface, src, dst, sport, dport): row positions}, built once per frame."""
     cached = getattr(tcp, "_incastlab_flow_index", None)

@@ -117,6 +117,7 @@ def test_vlan_ip_options_tcp_options_and_snaplen(tmp_path):
     assert r["payload_len"] == 1000 and r["ip_len"] == ihl + doff + 1000
     assert (r["sport"], r["dport"], r["seq"], r["ack"]) == (5555, 6666, 42, 43)
     assert r["sack"] and r["has_ts"] and (r["tsval"], r["tsecr"]) == (9, 8)
+    assert r["sack_hi"] == 400  # highest right edge of the two blocks
     assert r["hdr_ok"]
 
 

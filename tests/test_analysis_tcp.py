@@ -143,3 +143,21 @@ def test_recovery_episode_and_rto_backoff(tmp_path):
     lost = tcp.losses(t)
     assert list(lost["seq"]) == [2 * MSS, 4 * MSS, 8 * MSS, 8 * MSS]
     assert list(lost["retransmission"]) == [False, False, False, True]
+
+
+def test_reused_four_tuple_is_detected(tmp_path):
+    from incastlab.analysis.synthetic import TcpScript, write_pcap
+    a, b = TcpScript(isn=1000), TcpScript(isn=900_000)
+    a.handshake(0.0)
+    a.data(0.01, 0)
+    b.handshake(1.0)
+    b.data(1.01, 0)
+    write_pcap(tmp_path / "x.pcap", a.sender + b.sender)
+    t = tcp.combine({"x": read_pcap(tmp_path / "x.pcap", cache=False)})
+    r = tcp.reused_tuples(t)
+    assert list(r["flow"]) == ["10.0.0.1:40000>10.0.0.2:5001"] and r["connections"].iloc[0] == 2
+    _, truth = scenario_tcp()
+    script, _ = scenario_tcp()
+    script.write(tmp_path / "s.pcap", tmp_path / "r.pcap")
+    t2 = tcp.combine({"s": read_pcap(tmp_path / "s.pcap", cache=False)})
+    assert tcp.reused_tuples(t2).empty
