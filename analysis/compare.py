@@ -26,7 +26,8 @@ HEADLINE = [  # (metrics.json headline key, unit)
     ("iteration_time_mean_s", "s"), ("step_time_mean_s", "s"), ("tc_drops", "packets"),
     ("capture_losses", "packets"), ("retransmissions", "packets"),
     ("kernel_retrans_segs", "segments"), ("rtos", "firings"), ("kernel_timeouts", "firings"),
-    ("goodput_mbps", "Mbit/s"), ("throughput_mbps", "Mbit/s"), ("incast_episodes", "episodes"),
+    ("goodput_mbps", "Mbit/s"), ("rounds_with_rto", "rounds"), ("throughput_mbps", "Mbit/s"),
+    ("incast_episodes", "episodes"),
     ("spine_max_mean", "ratio"), ("final_accuracy", "fraction"),
 ]
 PLOTTED = ["iteration_time_mean_s", "goodput_mbps", "throughput_mbps", "retransmissions",

@@ -244,8 +244,10 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
             "kernel_retrans_segs": recon["numbers"]["kernel"].get("TcpRetransSegs"),
             "rtos": rs["rto_events"] if len(flows) else None,
             "kernel_timeouts": recon["numbers"]["kernel"].get("TcpExtTCPTimeouts"),
-            "goodput_mbps": float(rounds["goodput_mbps"].mean()) if len(rounds) else None,
-            "throughput_mbps": float(fsum["goodput_mbps"].sum()) if len(fsum) else None,
+            "goodput_mbps": float(pd.to_numeric(rounds["goodput_mbps"]).mean())
+            if len(rounds) else None,
+            "rounds_with_rto": _rounds_with_rto(rounds, retrans if len(flows) else None),
+            "throughput_mbps": _aggregate_mbps(fsum),
             "incast_episodes": int(episodes["incast"].sum()) if len(episodes) else 0,
             "spine_max_mean": balance_sum.get("max_mean_all"),
             "staleness_mean": float(stale.mean()) if len(stale) else None,
@@ -263,6 +265,27 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
         "missing": missing, "problems": problems,
     })
     return a
+
+
+def _aggregate_mbps(fsum: pd.DataFrame) -> float | None:
+    """All flows' unique payload bytes over the span from the first flow's start to the
+    last flow's last data packet (Mbit/s)."""
+    if fsum.empty:
+        return None
+    span = float(fsum["last_data"].max() - fsum["start"].min())
+    return float(fsum["bytes"].sum()) * 8 / span / 1e6 if span > 0 else None
+
+
+def _rounds_with_rto(rounds: pd.DataFrame, retrans: pd.DataFrame) -> int | None:
+    """Incast rounds during which an RTO fired (None without rounds or captures)."""
+    if rounds.empty or retrans is None:
+        return None
+    rto = retrans.loc[retrans["event"].astype(bool) & (retrans["kind"] == "rto"), "t"] \
+        if len(retrans) else pd.Series(dtype=float)
+    t0 = pd.to_numeric(rounds["t_start"], errors="coerce").to_numpy()
+    t1 = pd.to_numeric(rounds["t_end"], errors="coerce").to_numpy()
+    r = rto.to_numpy()
+    return int(sum(((r >= a) & (r <= b)).any() for a, b in zip(t0, t1, strict=True)))
 
 
 def _final(finals, col):

@@ -63,6 +63,8 @@ def test_reconciliation_numbers(demo):
     r = m["reconciliation"]
     assert r["capture_spurious"] == truth["spurious"] and r["capture_tlp"] == truth["tlp"]
     assert m["run"]["complete"] is True and m["flows"] == truth["flows"]
+    # 34,000 unique bytes from the first SYN (t=0) to the last data packet (t=0.7)
+    assert h["throughput_mbps"] == pytest.approx(34_000 * 8 / 0.7 / 1e6, rel=1e-3)
     summary = paths["summary"].read_text()
     assert "twice" in summary  # the OVS-userspace tc double count is explained
 
@@ -157,6 +159,7 @@ def test_incast_benchmark_run_without_pcaps(tmp_path):
     paths = build_report(run)
     m = json.loads(paths["metrics"].read_text())
     assert m["headline"]["goodput_mbps"] == pytest.approx(16.384)
+    assert m["headline"]["rounds_with_rto"] is None  # no captures, so unknown
     assert m["headline"]["tc_drops"] == 5
     assert "incast.png" in {p.name for p in paths["plots"]}
     summary = paths["summary"].read_text()
