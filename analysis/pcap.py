@@ -40,9 +40,11 @@ Columns (units)
     hdr_ok       see above
 
 Corrupt or truncated files
-    A file cut inside its last record, or one whose record headers stop making sense
-    (caplen larger than the snap length and 256 KiB, or larger than the frame length),
-    is parsed up to the last good record; the result carries
+    A file cut inside its last record is parsed up to the last good record. Bytes that
+    are not records in the middle of a file (a record header that makes no sense:
+    caplen larger than the snap length and 256 KiB or than the frame length; inserted
+    garbage) are skipped up to the next point where three plausible records chain. In
+    both cases the result carries
     ``df.attrs['partial'] = True``, ``df.attrs['bytes_skipped']`` and
     ``df.attrs['reason']``. A file too short for its global header, with an unknown
     magic, or an unsupported link type raises `PcapError`.
@@ -66,7 +68,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-PARSER_VERSION = 4
+PARSER_VERSION = 5
 
 MAGIC_US = 0xA1B2C3D4
 MAGIC_NS = 0xA1B23C4D
@@ -218,11 +220,49 @@ def _walk(h4, start, n, snaplen, nano, limit=None):
     return out, off, None
 
 
+MAX_RESYNC = 64  # corrupt regions skipped before giving up on the rest of a file
+
+
+def _resync(h4, start, n, snaplen, nano, ts_lo, ts_hi, need=3):
+    """First offset >= start where `need` plausible records chain (or at least two reach
+    EOF exactly).
+
+    Plausible: timestamp seconds within [ts_lo, ts_hi], fraction below one second,
+    caplen <= snap limit and <= frame length <= 256 KiB. Returns None if there is none.
+    """
+    maxcap = _max_cap(snaplen)
+    fmax = 10**9 if nano else 10**6
+    last = n - 16
+    for s in range(start, last + 1, CHUNK):
+        e = min(s + CHUNK, last + 1)
+        sec = h4[s:e]
+        cand = np.flatnonzero((sec >= ts_lo) & (sec <= ts_hi)) + s
+        if len(cand) == 0:
+            continue
+        cap, orig, frac = h4[cand + 8], h4[cand + 12], h4[cand + 4]
+        cand = cand[(cap <= maxcap) & (cap <= orig) & (orig <= MAX_CAPLEN) & (frac < fmax)]
+        for q in cand:
+            off, ok = int(q), 0
+            while ok < need and off + 16 <= n:
+                cap, orig = int(h4[off + 8]), int(h4[off + 12])
+                sec, frac = int(h4[off]), int(h4[off + 4])
+                if (cap > maxcap or cap > orig or orig > MAX_CAPLEN or frac >= fmax
+                        or not ts_lo <= sec <= ts_hi or off + 16 + cap > n):
+                    break
+                off += 16 + cap
+                ok += 1
+            if ok >= need or (ok >= 2 and off == n):
+                return int(q)
+    return None
+
+
 def record_offsets(buf) -> tuple[np.ndarray, dict]:
     """Byte offsets of every complete record in a classic pcap held in `buf`.
 
-    Returns (offsets, info) with info = {endian, nano, snaplen, linktype, partial,
-    bytes_skipped, reason}.
+    A region that is not a record (corrupt header, bytes inserted) is skipped up to the
+    next place where three plausible records chain with timestamps near those already
+    read; each skip is counted in bytes_skipped and named in reason. Returns (offsets,
+    info) with info = {endian, nano, snaplen, linktype, partial, bytes_skipped, reason}.
     """
     a = np.frombuffer(buf, np.uint8)
     n = len(a)
@@ -233,6 +273,7 @@ def record_offsets(buf) -> tuple[np.ndarray, dict]:
     off = 24
     reason = None
     restarts = 0
+    skipped = []  # (offset, bytes)
     while off < n:
         if restarts < 8:
             c, end = _fast_segment(a, h4, off, n, endian, nano, snaplen, mbuf)
@@ -249,12 +290,27 @@ def record_offsets(buf) -> tuple[np.ndarray, dict]:
         if step:
             parts.append(np.asarray(step, np.int64))
         off = off2
+        if reason is not None and len(skipped) < MAX_RESYNC and n - off > 16:
+            done = [x for x in parts if len(x)]
+            if done:
+                first, lastrec = int(h4[done[0][0]]), int(h4[done[-1][-1]])
+                ts_lo, ts_hi = first - 1, lastrec + 86_400
+            else:  # nothing read yet: any time, but a longer chain must agree
+                ts_lo, ts_hi = 1, 2**32 - 1
+            q = _resync(h4, off + 1, n, snaplen, nano, ts_lo, ts_hi, 3 if done else 5)
+            if q is not None:
+                skipped.append((off, q - off))
+                off, reason, restarts = q, None, 0
+                continue
         if reason is not None:
             break
     offsets = np.concatenate(parts) if parts else np.empty(0, np.int64)
+    notes = [f"{k} bytes at byte {o} are not records (skipped)" for o, k in skipped]
+    if reason:
+        notes.append(reason)
+    lost = sum(k for _, k in skipped) + (int(n - off) if reason else 0)
     info = {"endian": endian, "nano": nano, "snaplen": snaplen, "linktype": linktype,
-            "partial": reason is not None, "bytes_skipped": int(n - off) if reason else 0,
-            "reason": reason or ""}
+            "partial": bool(notes), "bytes_skipped": lost, "reason": "; ".join(notes)}
     return offsets, info
 
 

@@ -71,16 +71,40 @@ def test_truncated_final_record_is_flagged_partial(tmp_path):
     assert len(df) == 4 and df.attrs["partial"] and df.attrs["bytes_skipped"] == 7
 
 
-def test_corrupt_record_header_stops_with_partial(tmp_path):
+REC = 16 + 14 + 152  # one record of _pkts()
+
+
+def test_corrupt_record_header_is_skipped_and_counted(tmp_path):
     p = tmp_path / "x.pcap"
     write_pcap(p, _pkts(), T0)
     data = bytearray(p.read_bytes())
-    rec = 16 + 14 + 152
-    off = 24 + 2 * rec  # third record's caplen := absurd
+    off = 24 + 2 * REC  # third record's caplen := absurd
     data[off + 8: off + 12] = struct.pack("<I", 0x7FFFFFFF)
     df = parse_pcap_bytes(bytes(data))
-    assert len(df) == 2
-    assert df.attrs["partial"] and df.attrs["bytes_skipped"] == 3 * rec
+    assert list(df["seq"]) == [1000, 1100, 1300, 1400]  # the third record is gone
+    assert df.attrs["partial"] and df.attrs["bytes_skipped"] == REC
+    assert f"{REC} bytes at byte {off} are not records" in df.attrs["reason"]
+
+
+def test_inserted_garbage_is_skipped_and_counted(tmp_path):
+    p = tmp_path / "x.pcap"
+    write_pcap(p, _pkts(), T0)
+    data = p.read_bytes()
+    cut = 24 + 2 * REC
+    junk = bytes(range(7, 44))  # 37 bytes that are no record header
+    df = parse_pcap_bytes(data[:cut] + junk + data[cut:])
+    assert list(df["seq"]) == [1000, 1100, 1200, 1300, 1400]
+    assert df.attrs["partial"] and df.attrs["bytes_skipped"] == 37
+
+
+def test_corruption_near_the_end_stops_with_partial(tmp_path):
+    p = tmp_path / "x.pcap"
+    write_pcap(p, _pkts(), T0)
+    data = bytearray(p.read_bytes())
+    off = 24 + 4 * REC  # the last record: nothing after it to resynchronise on
+    data[off + 8: off + 12] = struct.pack("<I", 0x7FFFFFFF)
+    df = parse_pcap_bytes(bytes(data))
+    assert len(df) == 4 and df.attrs["partial"] and df.attrs["bytes_skipped"] == REC
     assert "implausible" in df.attrs["reason"]
 
 
