@@ -740,9 +740,6 @@ def _point_problems(p: Spec, caps: dict[str, Any], bad: set[str]) -> list[str]:
         elif w.backup_workers >= w.workers:
             errors.append(f"workload.backup_workers: {w.backup_workers!r} is not from 0 to "
                           f"{w.workers - 1} (fewer than workload.workers = {w.workers})")
-    if w.kind == "ps" and w.mode == "backup" and ok("workload.shards") and w.shards > 1:
-        # the PS app cannot end one step at the same moment on several shards
-        errors.append(f"workload.shards: {w.shards!r} is not 1, as mode backup needs")
     count_key = "workload.senders" if w.kind == "incast" else "workload.workers"
     if ok("workload.stragglers", count_key):
         count = w.senders if w.kind == "incast" else w.workers

@@ -245,8 +245,6 @@ def test_sharded_ps_and_worker_leaves():
      "workload.workers - 1"),
     ('[workload]\nmode = "backup"\nbackup_workers = 3\n',
      "workload.backup_workers: 3 is not from 0 to 2 (fewer than workload.workers = 3)"),
-    ('[topology]\nhosts_per_leaf = 3\n[workload]\nmode = "backup"\nbackup_workers = 1\n'
-     "shards = 2\n", "workload.shards: 2 is not 1, as mode backup needs"),
     ('[workload]\nkind = "ring"\nworkers = 1\n',
      "workload.workers: 1 is not an integer >= 2, as a ring needs"),
     # stragglers
