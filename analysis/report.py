@@ -199,6 +199,8 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
     host_ips = {h: v["ip"] for h, v in fabric["hosts"].items()}
     iters_ev = training.with_network_events(iters, lost, retrans, qd, host_ips)
     steps = training.steps(iters)
+    workers_tbl = training.per_worker(iters, steps)
+    dropped = training.discarded(workers)
     # staleness exists only where a parameter server applies gradients
     stale = training.staleness(workers) if training.run_mode(workers) not in (
         "ring", "gloo", "incast") else pd.Series(dtype=float)
@@ -220,7 +222,8 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
     a.tables = {"queues_d": qd, "queue_summary": qsum, "flows": fsum, "throughput": tput,
                 "retrans": retrans, "recovery_episodes": rec_eps, "losses": attributed,
                 "balance": balance, "utilisation": util, "episodes": episodes,
-                "iterations": iters_ev, "steps": steps, "staleness": stale,
+                "iterations": iters_ev, "steps": steps, "per_worker": workers_tbl,
+                "discarded": dropped, "staleness": stale,
                 "loss_curve": curve, "ring": ring, "rounds": rounds, "finals": finals,
                 "counters": counters, "recon": recon, "pcaps": {k: len(v) for k, v in
                                                                   pcaps.items()}}
@@ -257,6 +260,8 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
         "retransmissions": rs,
         "reconciliation": recon["numbers"],
         "training": impact,
+        "workers": workers_tbl.to_dict(orient="records"),
+        "discarded_gradients": int(dropped["discarded"].sum()) if len(dropped) else None,
         "balance": balance_sum,
         "ring": {"bound_s": float(ring["bound_s"].iloc[0]) if len(ring) else None,
                  "allreduce_mean_s": float(ring["allreduce_s"].mean()) if len(ring) else None,
@@ -517,13 +522,20 @@ def _sections(a: Analysis, figs: dict) -> list[tuple[str, str, str]]:
         hit = it[(it["rtos"] > 0) | (it["losses"] > 0) | (it["tc_drops"] > 0)]
         out.append(("Training: iteration time", f"<p>{html.escape(txt)}</p>"
                     + _img(figs.get("iterations"), "iterations")
+                    + "<h3>Per worker (straggler = last to finish a synchronous "
+                    "step)</h3>" + _df_html(t["per_worker"])
                     + "<h3>Iterations with network events (s since run start)</h3>"
-                    + _df_html(_rel(hit, a.t0).drop(columns=["file"])), txt + "\n"))
+                    + _df_html(_rel(hit, a.t0).drop(columns=["file"])),
+                    txt + "\n\nPer worker:\n\n" + _df_md(t["per_worker"])))
     if len(t["staleness"]) or len(t["loss_curve"]):
+        disc = t["discarded"]
+        disc_html = ("<h3>Late gradients discarded by the PS (backup workers)</h3>"
+                     + _df_html(disc)) if len(disc) and disc["discarded"].sum() else ""
         out.append(("Training: staleness and loss", _img(figs.get("staleness"), "staleness")
                     + (none("no staleness values")[0] if not len(t["staleness"]) else "")
-                    + _img(figs.get("loss"), "loss"),
-                    f"staleness mean {_fmt(m['headline']['staleness_mean'])}\n"))
+                    + _img(figs.get("loss"), "loss") + disc_html,
+                    f"staleness mean {_fmt(m['headline']['staleness_mean'])}\n"
+                    + (f"\nDiscarded gradients:\n\n{_df_md(disc)}" if disc_html else "")))
     else:
         out.append(("Training: staleness and loss",
                     *none("no staleness or loss values (not a parameter-server run)")))

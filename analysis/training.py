@@ -236,3 +236,44 @@ def errors(workers: pd.DataFrame) -> pd.DataFrame:
     if workers.empty:
         return pd.DataFrame()
     return workers[workers["event"] == "error"].dropna(axis=1, how="all").reset_index(drop=True)
+
+
+def per_worker(iters: pd.DataFrame, steps_df: pd.DataFrame) -> pd.DataFrame:
+    """Per worker rank: iterations, mean iteration/compute/communication/wait time (s),
+    and how often it was the straggler (the last to finish a synchronous step)."""
+    if iters.empty:
+        return pd.DataFrame(columns=["rank", "iterations", "mean_iteration_s",
+                                     "mean_compute_s", "mean_comm_s", "mean_wait_s",
+                                     "straggler_steps"])
+    it = iters.copy()
+    for c in ("compute_s", "comm_s", "wait_s", "duration_s"):
+        it[c] = pd.to_numeric(it[c], errors="coerce")
+    g = it.groupby("rank")
+    out = pd.DataFrame({"iterations": g.size(), "mean_iteration_s": g["duration_s"].mean(),
+                        "mean_compute_s": g["compute_s"].mean(),
+                        "mean_comm_s": g["comm_s"].mean(), "mean_wait_s": g["wait_s"].mean()})
+    strag = steps_df["straggler"].value_counts() if len(steps_df) else pd.Series(dtype=int)
+    out["straggler_steps"] = [int(strag.get(r, 0)) for r in out.index]
+    return out.reset_index()
+
+
+def discarded(workers: pd.DataFrame) -> pd.DataFrame:
+    """Gradients a backup-worker PS dropped, per worker rank (from `update` events'
+    `discarded` lists, or the servers' `final` `discarded_by_rank`)."""
+    if workers.empty:
+        return pd.DataFrame(columns=["rank", "discarded"])
+    counts: dict = {}
+    fin = workers[workers["event"] == "final"]
+    if "discarded_by_rank" in fin and fin["discarded_by_rank"].notna().any():
+        for d in fin["discarded_by_rank"].dropna():
+            if isinstance(d, dict):
+                for r, k in d.items():
+                    counts[_as_rank(r)] = counts.get(_as_rank(r), 0) + int(k)
+    else:
+        up = workers[workers["event"] == "update"]
+        if "discarded" in up:
+            for lst in up["discarded"].dropna():
+                for r in (lst if isinstance(lst, list) else [lst]):
+                    counts[_as_rank(r)] = counts.get(_as_rank(r), 0) + 1
+    return pd.DataFrame(sorted(counts.items(), key=lambda kv: str(kv[0])),
+                        columns=["rank", "discarded"])

@@ -106,6 +106,8 @@ def test_training_impact(demo, analysed):
     assert imp["without_rto"]["n"] == 10 and imp["with_rto"]["extra_s_vs_no_rto"] > 0.1
     steps = a.tables["steps"]
     assert len(steps) == 6 and (steps["straggler"] == 1).all()
+    pw = a.tables["per_worker"].set_index("rank")
+    assert pw.loc[1, "straggler_steps"] == 6 and pw.loc[2, "straggler_steps"] == 0
     assert a.metrics["headline"]["staleness_mean"] == 0.0
 
 
@@ -303,3 +305,15 @@ def test_damaged_files_are_reported_not_fatal(tmp_path):
     assert m["headline"]["retransmissions"] == 4 and m["headline"]["tc_drops"] == 6
     assert paths["report"].read_text().split("<body>", 1)[1].startswith(
         "<div class='banner' id='status-banner'>RUN STATUS UNKNOWN")
+
+
+def test_backup_workers_discarded_gradients(tmp_path):
+    t0 = 1_700_000_000.0
+    server = [{"event": "start", "role": "server", "rank": 0, "mode": "backup", "t": t0}]
+    server += [{"event": "update", "version": v + 1, "t": t0 + v, "from_ranks": [1, 2],
+                "staleness": [0, 0], "discarded": [3] if v % 2 else []} for v in range(6)]
+    run = make_run_dir(tmp_path / "backup", workers={0: server}, t0=t0)
+    a = analyse(run)
+    assert a.tables["discarded"].to_dict(orient="records") == [{"rank": 3, "discarded": 3}]
+    assert a.metrics["discarded_gradients"] == 3
+    assert "Late gradients discarded" in build_report(run, plots=False)["report"].read_text()
