@@ -189,6 +189,58 @@ def iteration_breakdown(iters: pd.DataFrame, path) -> Path | None:
     return _save(fig, path)
 
 
+def iteration_timeline(iters: pd.DataFrame, t0: float, path, rto: pd.DataFrame | None = None,
+                       drops: pd.DataFrame | None = None, host_ips: dict | None = None
+                       ) -> Path | None:
+    """Every worker's iterations on one time axis (compute green, communication blue),
+    with RTO firings of flows to or from that worker's host (red) and queue drops on
+    any port (top strip) — what the network did to each step."""
+    if iters.empty:
+        return None
+    ranks = sorted(iters["rank"].dropna().unique(), key=lambda r: (str(type(r)), r))
+    fig, (top, ax) = plt.subplots(2, 1, sharex=True, figsize=(12, 1.2 + 0.45 * len(ranks)),
+                                  gridspec_kw={"height_ratios": [1, max(len(ranks), 2)]})
+    host_ips = host_ips or {}
+    from .pcap import ip_to_int
+    for y, r in enumerate(ranks):
+        g = iters[iters["rank"] == r]
+        s = g["t_start"].to_numpy(float) - t0
+        comp = pd.to_numeric(g["compute_s"], errors="coerce").fillna(0).to_numpy(float)
+        dur = (g["t_end"] - g["t_start"]).to_numpy(float)
+        comp = np.minimum(comp, dur)
+        ax.broken_barh(list(zip(s, comp, strict=True)), (y - 0.35, 0.7), color="tab:green")
+        ax.broken_barh(list(zip(s + comp, dur - comp, strict=True)), (y - 0.35, 0.7),
+                       color="tab:blue")
+        for x in s:  # iteration boundaries
+            ax.plot([x, x], [y - 0.35, y + 0.35], color="white", lw=0.8)
+        if rto is not None and len(rto):
+            host = g["host"].dropna().iloc[0] if g["host"].notna().any() else None
+            ip = host_ips.get(host)
+            mine = rto if ip is None else rto[(rto["src"] == ip_to_int(ip))
+                                              | (rto["dst"] == ip_to_int(ip))]
+            if len(mine):
+                ax.scatter(mine["t"] - t0, np.full(len(mine), y), marker="x", color="red",
+                           zorder=3, s=40)
+    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
+    ax.set_ylim(-0.6, len(ranks) - 0.4)
+    ax.invert_yaxis()
+    ax.set_xlabel("time since run start (s)")
+    ax.legend(handles=[Patch(color="tab:green", label="compute"),
+                       Patch(color="tab:blue", label="communication (incl. waiting)"),
+                       plt.Line2D([], [], marker="x", color="red", ls="",
+                                  label="RTO fired (this worker's flows)")],
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+    if drops is not None and len(drops):
+        d = drops[drops["d_drops"] > 0]
+        top.bar(d["t"] - t0, d["d_drops"], width=max(float(d["dt"].median()), 1e-3)
+                if len(d) else 0.01, color="tab:red")
+    top.set_ylabel("drops\n(packets)", fontsize="small")
+    top.set_ylim(bottom=0)
+    top.set_title("Iteration timeline with network events", fontsize="medium")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def staleness_hist(values: pd.Series, path) -> Path | None:
     """Histogram of gradient staleness (model versions)."""
     if values is None or len(values) == 0:

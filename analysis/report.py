@@ -333,6 +333,10 @@ def _plot_all(a: Analysis, plot_dir: Path) -> dict[str, Path | None]:
         "throughput": lambda p: plotting.flow_throughput(t["throughput"], a.t0, p),
         "retransmissions": lambda p: plotting.retrans_timeline(t["retrans"], a.t0, a.t1, p),
         "iterations": lambda p: plotting.iteration_breakdown(t["iterations"], p),
+        "timeline": lambda p: plotting.iteration_timeline(
+            t["iterations"], a.t0, p, r[r["event"].astype(bool) & (r["kind"] == "rto")]
+            if len(r) else None, t["queues_d"],
+            {h: v["ip"] for h, v in a.fabric.get("hosts", {}).items()}),
         "staleness": lambda p: plotting.staleness_hist(t["staleness"], p),
         "loss": lambda p: plotting.loss_curve(t["loss_curve"], a.t0, p),
         "balance": lambda p: plotting.spine_balance(t["balance"], t["utilisation"], a.t0, p),
@@ -521,6 +525,7 @@ def _sections(a: Analysis, figs: dict) -> list[tuple[str, str, str]]:
                "host or a tc drop on any port during the iteration.")
         hit = it[(it["rtos"] > 0) | (it["losses"] > 0) | (it["tc_drops"] > 0)]
         out.append(("Training: iteration time", f"<p>{html.escape(txt)}</p>"
+                    + _img(figs.get("timeline"), "timeline")
                     + _img(figs.get("iterations"), "iterations")
                     + "<h3>Per worker (straggler = last to finish a synchronous "
                     "step)</h3>" + _df_html(t["per_worker"])

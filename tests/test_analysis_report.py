@@ -39,7 +39,8 @@ def test_outputs_exist_and_plots_are_png(demo):
         assert paths[key].exists() and paths[key].parent == run
     names = {p.name for p in paths["plots"]}
     assert {"queues.png", "throughput.png", "retransmissions.png", "iterations.png",
-            "staleness.png", "loss.png", "balance.png", "reconciliation.png"} <= names
+            "timeline.png", "staleness.png", "loss.png", "balance.png",
+            "reconciliation.png"} <= names
     for p in paths["plots"]:
         _valid_png(p)
     import matplotlib.image as mpimg
