@@ -103,6 +103,42 @@ def _value_text(v) -> str:
     return str(v)
 
 
+PREFERRED_AXES = ("workload.senders", "workload.workers", "topology.queue_packets",
+                  "workload.rto_min_ms", "workload.model_size")
+
+
+def sweep_axis(runs: list[dict], keys: list[str]) -> str | None:
+    """A numeric differing spec key with at least 3 values, to plot metrics against
+    (the preferred ones first: senders, workers, queue size, RTO_min, model size)."""
+    def numeric_values(k):
+        vals = {flatten(r["spec"]).get(k) for r in runs}
+        ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
+        return vals if ok else set()
+    order = [k for k in PREFERRED_AXES if k in keys] + [k for k in keys
+                                                         if k not in PREFERRED_AXES]
+    for k in order:
+        if len(numeric_values(k)) >= 3:
+            return k
+    return None
+
+
+def _line_table(table, runs, keys, x_key, metric) -> pd.DataFrame:
+    """Rows of `table` for one metric with x (the sweep axis value) and series (the other
+    differing keys) columns."""
+    t = table[table["metric"] == metric]
+    if t.empty:
+        return pd.DataFrame(columns=["x", "series", "mean", "ci95", "n"])
+    others = [k for k in keys if k != x_key]
+    info = {}
+    for r in runs:
+        flat = flatten(r["spec"])
+        info[r["group"]] = (flat.get(x_key), group_label(r["spec"], others) if others else "")
+    return pd.DataFrame({"x": [info[g][0] for g in t["group"]],
+                         "series": [info[g][1] for g in t["group"]],
+                         "mean": t["mean"].to_numpy(), "ci95": t["ci95"].to_numpy(),
+                         "n": t["n"].to_numpy()})
+
+
 def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
     """Compare several run directories; write compare.html, compare.csv, compare.json and
     plots/compare_*.png into `out_dir`.
@@ -132,8 +168,16 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
     table_path = out / "compare.csv"
     table.to_csv(table_path, index=False)
     figs = []
+    x_key = sweep_axis(used, keys)
     for metric in PLOTTED:
         unit = dict(HEADLINE)[metric]
+        if x_key:  # e.g. goodput vs senders, one line per value of the other factors
+            lines = _line_table(table, used, keys, x_key, metric)
+            p = plots.compare_lines(lines, x_key.rsplit(".", 1)[-1], metric,
+                                    out / "plots" / f"compare_{metric}_vs_"
+                                    f"{x_key.rsplit('.', 1)[-1]}.png", unit)
+            if p:
+                figs.append(p)
         p = plots.compare_bars(table, metric, out / "plots" / f"compare_{metric}.png", unit)
         if p:
             figs.append(p)

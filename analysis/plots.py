@@ -425,3 +425,22 @@ def compare_bars(table: pd.DataFrame, metric: str, path, unit: str = "") -> Path
     ax.set_title(f"{metric}: mean and 95 % CI (t-distribution) over repetitions"
                  + ("" if ok.all() else "\n(no interval where n = 1)"), fontsize="medium")
     return _save(fig, path)
+
+
+def compare_lines(lines: pd.DataFrame, x_name: str, metric: str, path,
+                  unit: str = "") -> Path | None:
+    """A metric (mean, 95 % CI) against a swept spec value, one line per combination of
+    the other differing spec values (compare_runs)."""
+    if lines is None or lines.empty or lines["mean"].notna().sum() < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for series, g in lines.sort_values("x").groupby("series", sort=True):
+        err = g["ci95"].to_numpy(dtype=float)
+        ax.errorbar(g["x"], g["mean"], yerr=np.where(np.isfinite(err), err, 0), marker="o",
+                    capsize=3, label=series or metric)
+    ax.set_xlabel(x_name)
+    ax.set_ylabel(f"{metric}{f' ({unit})' if unit else ''}")
+    ax.set_ylim(bottom=min(0, float((lines["mean"] - lines["ci95"].fillna(0)).min())))
+    ax.set_title(f"{metric} vs {x_name} (mean, 95 % CI over repetitions)", fontsize="medium")
+    _legend_outside(ax)
+    return _save(fig, path)

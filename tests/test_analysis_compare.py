@@ -57,3 +57,27 @@ def test_compare_runs(tmp_path):
     assert out["plots"] and all(p.read_bytes()[:4] == b"\x89PNG" for p in out["plots"])
     data = json.loads(out["metrics"].read_text())
     assert data["groups_differ_in"] == ["routing.policy"]
+
+
+def test_sweep_axis_gets_a_line_plot(tmp_path):
+    runs = []
+    for senders in (2, 4, 8):
+        for rto in (200, 1):
+            for rep in (1, 2):
+                g = 18.0 if rto == 1 else 20.0 / senders
+                ev = [{"event": "start", "role": "client", "rank": 0, "mode": "incast",
+                       "t": T0}]
+                ev += [{"event": "round", "round": r, "t_start": T0 + r, "t_end": T0 + r + 0.5,
+                        "senders": senders, "block_bytes": 1000, "bytes": 4000,
+                        "goodput_mbps": g + 0.1 * rep} for r in range(3)]
+                spec = (f'[workload]\nkind = "incast"\nsenders = {senders}\n'
+                        f'rto_min_ms = {rto}\n[run]\nseed = {rep}\n')
+                runs.append(make_run_dir(tmp_path / f"s{senders}-r{rto}-{rep}",
+                                         workers={0: ev}, spec_text=spec, t0=T0))
+    out = compare_runs(runs, tmp_path / "cmp")
+    names = {p.name for p in out["plots"]}
+    assert "compare_goodput_mbps_vs_senders.png" in names
+    table = pd.read_csv(out["table"])
+    g = table[table["metric"] == "goodput_mbps"].set_index("group")
+    assert g.loc["rto_min_ms=200,senders=8", "mean"] == pytest.approx(2.5 + 0.15)
+    assert g.loc["rto_min_ms=200,senders=8", "n"] == 2
