@@ -19,10 +19,11 @@ equal the measured time (on loopback: what the CPU and loopback sustained). Each
 repetition starts after a gloo barrier; a repetition's time is the slowest rank's.
 
 The measurement core, `measure()`, takes the host addresses, the bandwidth and a
-launcher that runs a command on host i; `--loopback` runs every rank on 127.0.0.1 (so
-the bound only uses the --bandwidth-mbps you give; loopback itself is far faster and
-the CPU is what it measures). Fabric mode (ranks inside Mininet hosts at e.g. 50 Mbit/s)
-is a TODO hook for the orchestrator: see `run_fabric()`.
+launcher that runs a command on host i. By default (as root) every rank runs inside an
+emulated host of a leaf–spine fabric whose host links are shaped to --bandwidth-mbps
+(see `run_fabric()`); `--loopback` runs every rank on 127.0.0.1 instead (the bound then
+only uses the --bandwidth-mbps you give; loopback is far faster and the CPU is what it
+measures).
 
 Prints one line per measurement, then one JSON line with everything.
 """
@@ -214,27 +215,39 @@ def run_loopback(args: argparse.Namespace) -> list[Result]:
 
 
 def run_fabric(args: argparse.Namespace) -> list[Result]:
-    """TODO(integrator): run the ranks inside the emulated hosts of a Mininet fabric.
+    """Every rank inside an emulated host of a real leaf–spine fabric.
 
-    Not wired yet because the apps' owner must not touch Mininet; a sketch against the
-    orchestrator's API as it stands (incastlab.fabric.Fabric, topologies.leafspine):
+    2 spines × 3 leaves × 3 hosts (9 hosts: N = 8 ranks plus the PS server on h1), host
+    links at --bandwidth-mbps, uplinks at hosts_per_leaf × that rate so neither ECMP
+    collisions nor the spine limit the host links: the bound is the host link. Policy
+    ecmp, CUBIC, 100-packet queues."""
+    from incastlab.fabric import Fabric
+    from incastlab.topologies.leafspine import LeafSpineTopo, fabric_map
 
-        topo = LeafSpineTopo(spines, leaves, hosts_per_leaf, bw=args.bandwidth_mbps, ...)
-        with Fabric(topo, policy="ecmp", run_dir=out) as fab:
-            hosts = fabric_map(topo)["hosts"]          # [{"name": "h1", "ip": ...}, ...]
-            logs = {}
-            def launch(rank, i, argv):
-                logs[rank] = open(out / f"{argv[3]}-{rank}.stderr", "w")
-                return fab.popen(hosts[i]["name"], argv, f"bench {rank}",
-                                 stdout=subprocess.DEVNULL, stderr=logs[rank])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    need = max(args.world_sizes) + 1
+    per_leaf, leaves = 3, max(1, -(-need // 3))
+    topo = LeafSpineTopo(2, leaves, per_leaf, host_bw=args.bandwidth_mbps,
+                         fabric_bw=per_leaf * args.bandwidth_mbps, queue_packets=100)
+    with Fabric(topo, policy="ecmp", run_dir=out / "fabric") as fab:
+        hosts = fabric_map(topo)["hosts"]
+        logs = []
+
+        def launch(rank: int, i: int, argv: list[str]):
+            err = open(out / f"{hosts[i]['name']}-{len(logs)}.stderr", "w")
+            logs.append(err)
+            return fab.popen(hosts[i]["name"], argv, f"bench rank {rank}",
+                             stdout=subprocess.DEVNULL, stderr=err)
+
+        try:
             return measure([h["ip"] for h in hosts], args.bandwidth_mbps, launch, out,
-                           ifaces=[f"{h['name']}-eth0" for h in hosts], ...)
-
-    Needs max(world_sizes)+1 hosts (9 for N=8; the PS server is hosts[0]). Record the
-    congestion control and queue sizes next to the JSON this prints.
-    """
-    raise SystemExit("allreduce_efficiency: fabric mode is not wired yet (TODO in "
-                     "run_fabric); use --loopback")
+                           ifaces=[h["intf"] for h in hosts], size_bytes=args.size_bytes,
+                           world_sizes=tuple(args.world_sizes), reps=args.reps,
+                           timeout=args.timeout)
+        finally:
+            for err in logs:
+                err.close()
 
 
 def main(argv: list[str] | None = None) -> int:
