@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from . import plots
-from .report import CSS, _df_html, _img, _jsonable, analyse
+from .render import CSS, _df_html, _img
+from .report import _jsonable, analyse
 
 # bookkeeping and limits, not experiment factors
 IGNORED_KEYS = {"run.seed", "run.name", "run.out_dir", "run.repetitions", "run.description",

@@ -7,7 +7,6 @@ labelled as belonging to an incomplete run.
 """
 from __future__ import annotations
 
-import base64
 import html
 import json
 import math
@@ -19,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from . import episodes as ep
-from . import plots as plotting
+from . import render
 from . import queues as qmod
 from . import reconcile as rec
 from . import rundir, tcp, training
@@ -314,278 +313,6 @@ def _jsonable(obj):
     return obj
 
 
-# ------------------------------------------------------------------------ writing
-
-def _plot_all(a: Analysis, plot_dir: Path) -> dict[str, Path | None]:
-    t = a.tables
-    qsum = t["queue_summary"]
-    hot = list(qsum[(qsum["drops"] > 0) | (qsum["max_backlog_pkts"] > 0)]["iface"][:6]) \
-        if len(qsum) else []
-    limits = {r.iface: r.limit_pkts for r in qsum.itertuples() if r.limit_pkts} \
-        if len(qsum) else {}
-    labels = {r.iface: f"{r.switch} → {r.peer} ({r.kind})" for r in qsum.itertuples()
-              if isinstance(r.peer, str)} if len(qsum) else {}
-    r = t["retrans"]
-    rto_times = r.loc[r["event"].astype(bool) & (r["kind"] == "rto"), "t"] if len(r) else []
-    jobs = {
-        "queues": lambda p: plotting.queue_occupancy(t["queues_d"], hot, a.t0, p, limits,
-                                                     labels),
-        "throughput": lambda p: plotting.flow_throughput(t["throughput"], a.t0, p),
-        "retransmissions": lambda p: plotting.retrans_timeline(t["retrans"], a.t0, a.t1, p),
-        "iterations": lambda p: plotting.iteration_breakdown(t["iterations"], p),
-        "timeline": lambda p: plotting.iteration_timeline(
-            t["iterations"], a.t0, p, r[r["event"].astype(bool) & (r["kind"] == "rto")]
-            if len(r) else None, t["queues_d"],
-            {h: v["ip"] for h, v in a.fabric.get("hosts", {}).items()}),
-        "staleness": lambda p: plotting.staleness_hist(t["staleness"], p),
-        "loss": lambda p: plotting.loss_curve(t["loss_curve"], a.t0, p),
-        "balance": lambda p: plotting.spine_balance(t["balance"], t["utilisation"], a.t0, p),
-        "ring": lambda p: plotting.ring_vs_bound(t["ring"], p),
-        "incast": lambda p: plotting.incast_goodput(t["rounds"], p, rto_times),
-        "reconciliation": lambda p: plotting.reconciliation_bars(t["recon"]["totals"], p),
-    }
-    out = {}
-    for name, job in jobs.items():
-        path = plot_dir / f"{name}.png"
-        if path.exists():
-            path.unlink()  # never leave a stale figure from an earlier build
-        try:
-            out[name] = job(path)
-        except Exception as exc:  # a plotting bug must not cost the whole report
-            a.problems.append(f"plot {name} failed: {exc!r}")
-            out[name] = None
-    return out
-
-
-def _banner(a: Analysis) -> str | None:
-    if a.status == "complete":
-        return None
-    word = {"aborted": "ABORTED", "failed": "FAILED", "running": "INCOMPLETE (still running "
-            "or killed)"}.get(a.status, f"STATUS {a.status.upper()}")
-    why = f": {a.reason}" if a.reason else ""
-    return (f"RUN {word}{why}. This run did not complete; its numbers describe only the "
-            "part that ran and must not be compared with complete runs.")
-
-
-def _fmt(v, nd=3):
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "n/a"
-    if isinstance(v, float):
-        return f"{v:.{nd}g}" if abs(v) < 1e4 else f"{v:,.0f}"
-    return str(v)
-
-
-TIME_COLUMNS = ("t", "start", "end", "t_first", "t_last", "last_data", "stall_start",
-                "t_start", "t_end")
-
-
-def _rel(df: pd.DataFrame, t0: float) -> pd.DataFrame:
-    """A copy for display with epoch-second columns made relative to the run start."""
-    if df is None or df.empty:
-        return df
-    out = df.copy()
-    for c in TIME_COLUMNS:
-        if c in out and pd.api.types.is_numeric_dtype(out[c]):
-            out[c] = out[c] - t0
-    return out
-
-
-def _signed(v):
-    return "n/a" if v is None else f"{v:+.3g} s"
-
-
-def _df_html(df: pd.DataFrame, max_rows=40) -> str:
-    if df is None or df.empty:
-        return "<p class='none'>(empty)</p>"
-    d = df.head(max_rows)
-    more = f"<p class='none'>{len(df) - max_rows} more rows not shown.</p>" \
-        if len(df) > max_rows else ""
-    return d.to_html(index=False, na_rep="n/a", float_format=lambda x: _fmt(x, 4),
-                     classes="tbl", border=0, escape=True) + more
-
-
-def _df_md(df: pd.DataFrame, max_rows=20) -> str:
-    if df is None or df.empty:
-        return "(empty)\n"
-    d = df.head(max_rows).astype(object).where(df.head(max_rows).notna(), "n/a")
-    cols = list(d.columns)
-    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
-    for _, r in d.iterrows():
-        lines.append("| " + " | ".join(_fmt(r[c], 4) if isinstance(r[c], float) else str(r[c])
-                                       for c in cols) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _img(path: Path | None, alt: str) -> str:
-    if not path:
-        return ""
-    b64 = base64.b64encode(Path(path).read_bytes()).decode()
-    return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{b64}'>"
-
-
-def _sections(a: Analysis, figs: dict) -> list[tuple[str, str, str]]:
-    """(title, html, markdown) per report section."""
-    t, m = a.tables, a.metrics
-    out = []
-
-    def none(msg):
-        return f"<p class='none'>{html.escape(msg)}</p>", f"_{msg}_\n"
-
-    # headline
-    h = m["headline"]
-    rows = [(k.replace("_", " "), _fmt(v)) for k, v in h.items()]
-    head_html = "<table class='tbl'>" + "".join(
-        f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows) + \
-        "</table>"
-    head_md = "\n".join(f"- {k}: {v}" for k, v in rows) + "\n"
-    out.append(("Headline numbers", head_html, head_md))
-
-    # reconciliation
-    recon = t["recon"]
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in recon["notes"])
-    hx = (_df_html(recon["totals"]) + "<h3>Per port (tc drops vs losses seen in captures)"
-          "</h3>" + _df_html(recon["ports"]) + "<h3>Per host (kernel vs captures)</h3>"
-          + _df_html(recon["hosts"]) + f"<ul>{notes}</ul>" + _img(figs.get("reconciliation"),
-                                                                  "reconciliation"))
-    mx = (_df_md(recon["totals"][["measure", "source", "value"]]) + "\nPer port:\n\n"
-          + _df_md(recon["ports"]) + "\n" + "".join(f"- {n}\n" for n in recon["notes"]))
-    out.append(("Reconciliation: queue counters, captures, kernel counters", hx, mx))
-
-    # queues
-    if t["queue_summary"].empty:
-        out.append(("Queues", *none(a.missing.get("queues", "no queue samples"))))
-    else:
-        qs = _rel(t["queue_summary"], a.t0)
-        busy = qs[(qs["drops"] > 0) | (qs["sent_bytes"] > 0) | (qs["max_backlog_pkts"] > 0)]
-        idle = len(qs) - len(busy)
-        note = f"<p class='none'>{idle} idle port(s) not listed.</p>" if idle else ""
-        out.append(("Queues (times in s since run start)",
-                    _img(figs.get("queues"), "queue occupancy") + _df_html(busy) + note,
-                    _df_md(busy[["iface", "kind", "drops", "max_backlog_pkts",
-                                 "sent_bytes"]].head(12))))
-
-    # incast episodes
-    e = t["episodes"]
-    if t["queue_summary"].empty:
-        out.append(("Incast episodes", *none("no queue samples: episodes need queues.csv")))
-    elif e.empty:
-        out.append(("Incast episodes", *none("no queue reached its limit or dropped")))
-    else:
-        rel = e.assign(start=e["start"] - a.t0, end=e["end"] - a.t0)
-        out.append(("Incast episodes (times since run start, s)", _df_html(rel),
-                    _df_md(rel.drop(columns=["senders"]))))
-
-    # flows and retransmissions
-    if t["flows"].empty:
-        out.append(("Flows", *none(a.missing.get("pcap") or a.missing.get("flows")
-                                   or "no flows")))
-    else:
-        fl = _rel(t["flows"], a.t0).drop(columns=["src", "dst", "sport", "dport"])
-        out.append(("Flows (times in s since run start)",
-                    _img(figs.get("throughput"), "throughput") + _df_html(fl),
-                    _df_md(fl[["flow", "bytes", "retrans_packets", "fct_s",
-                               "goodput_mbps"]])))
-    r = t["retrans"]
-    if t["flows"].empty:
-        out.append(("Retransmissions and RTOs", *none("no captures with TCP payload")))
-    else:
-        rs = m["retransmissions"]
-        txt = (f"{rs['retrans_packets']} retransmitted packets ({rs['retrans_bytes']} bytes); "
-               f"by trigger {rs['by_kind']}; {rs['rto_events']} RTO firing(s). "
-               f"An RTO is a retransmission after >= {m['run']['rto_threshold_s']} s of "
-               "silence; fast = after >= 3 duplicate ACKs; tlp = tail-loss probe.")
-        eps = t["recovery_episodes"]
-        eps = eps.assign(stall_start=eps["stall_start"] - a.t0, start=eps["start"] - a.t0,
-                         end=eps["end"] - a.t0)
-        out.append(("Retransmissions and RTOs", f"<p>{html.escape(txt)}</p>"
-                    + _img(figs.get("retransmissions"), "retransmissions")
-                    + "<h3>Recovery episodes (s since run start)</h3>" + _df_html(eps)
-                    + "<h3>Losses between capture points</h3>"
-                    + (_df_html(_rel(t["losses"], a.t0).drop(
-                        columns=["src", "dst", "sport", "dport"]))
-                       if "losses" not in a.missing else none(a.missing["losses"])[0]),
-                    txt + "\n\n" + _df_md(eps)))
-        del r
-
-    # training
-    it = t["iterations"]
-    if it.empty:
-        msg = "no iteration events (an incast benchmark run, or no worker logs)"
-        out.append(("Training: iteration time", *none(msg)))
-    else:
-        imp = m["training"]
-        w, wo = imp["with_rto"], imp["without_rto"]
-        txt = (f"{imp['iterations']} worker iterations; mean {_fmt(imp['mean_s'])} s, median "
-               f"{_fmt(imp['median_s'])} s, p95 {_fmt(imp['p95_s'])} s. With an RTO of the "
-               f"worker's host: {w['n']} (mean {_fmt(w['mean_s'])} s, "
-               f"{_signed(w.get('extra_s_vs_no_rto'))} vs the {wo['n']} without). With a "
-               f"loss but no RTO: {imp['with_loss']['n']} (mean "
-               f"{_fmt(imp['with_loss']['mean_s'])} s); clean: {imp['clean']['n']} (mean "
-               f"{_fmt(imp['clean']['mean_s'])} s). A loss is a capture loss of the worker's "
-               "host or a tc drop on any port during the iteration.")
-        hit = it[(it["rtos"] > 0) | (it["losses"] > 0) | (it["tc_drops"] > 0)]
-        out.append(("Training: iteration time", f"<p>{html.escape(txt)}</p>"
-                    + _img(figs.get("timeline"), "timeline")
-                    + _img(figs.get("iterations"), "iterations")
-                    + "<h3>Per worker (straggler = last to finish a synchronous "
-                    "step)</h3>" + _df_html(t["per_worker"])
-                    + "<h3>Iterations with network events (s since run start)</h3>"
-                    + _df_html(_rel(hit, a.t0).drop(columns=["file"])),
-                    txt + "\n\nPer worker:\n\n" + _df_md(t["per_worker"])))
-    if len(t["staleness"]) or len(t["loss_curve"]):
-        disc = t["discarded"]
-        disc_html = ("<h3>Late gradients discarded by the PS (backup workers)</h3>"
-                     + _df_html(disc)) if len(disc) and disc["discarded"].sum() else ""
-        out.append(("Training: staleness and loss", _img(figs.get("staleness"), "staleness")
-                    + (none("no staleness values")[0] if not len(t["staleness"]) else "")
-                    + _img(figs.get("loss"), "loss") + disc_html,
-                    f"staleness mean {_fmt(m['headline']['staleness_mean'])}\n"
-                    + (f"\nDiscarded gradients:\n\n{_df_md(disc)}" if disc_html else "")))
-    else:
-        out.append(("Training: staleness and loss",
-                    *none("no staleness or loss values (not a parameter-server run)")))
-    if len(t["ring"]):
-        rb = m["ring"]
-        txt = (f"all-reduce mean {_fmt(rb['allreduce_mean_s'])} s vs bound "
-               f"{_fmt(rb['bound_s'])} s (ratio {_fmt(rb['ratio_mean'])})")
-        out.append(("Ring all-reduce vs bound", f"<p>{txt}</p>" + _img(figs.get("ring"), "ring"),
-                    txt + "\n"))
-    if len(t["rounds"]):
-        rounds = _rel(t["rounds"], a.t0)
-        out.append(("Incast benchmark goodput (s since run start)",
-                    _img(figs.get("incast"), "incast") + _df_html(rounds), _df_md(rounds)))
-
-    # balance
-    if t["balance"].empty:
-        out.append(("Fabric balance", *none(m["balance"].get("note")
-                                            or "no spine links or no counters")))
-    else:
-        b = m["balance"]
-        txt = (f"max/mean bytes over spine links: up {_fmt(b.get('max_mean_up'))}, down "
-               f"{_fmt(b.get('max_mean_down'))}, all {_fmt(b.get('max_mean_all'))}")
-        out.append(("Fabric balance", f"<p>{txt}</p>" + _img(figs.get("balance"), "balance")
-                    + _df_html(t["balance"]), txt + "\n\n" + _df_md(t["balance"])))
-
-    # configuration
-    spec_text = (a.run_dir / "spec.toml").read_text() if (a.run_dir / "spec.toml").exists() \
-        else "(no spec.toml)"
-    man = json.dumps(a.manifest, indent=1, default=str) if a.manifest else "(no manifest.json)"
-    out.append(("Configuration and environment",
-                f"<h3>spec.toml</h3><pre>{html.escape(spec_text)}</pre>"
-                f"<h3>manifest.json</h3><pre>{html.escape(man)}</pre>",
-                f"```toml\n{spec_text}\n```\n"))
-    return out
-
-
-CSS = """body{font-family:sans-serif;max-width:1200px;margin:1em auto;padding:0 1em;color:#222}
-.banner{background:#b00020;color:#fff;padding:1em;font-size:1.3em;font-weight:bold;
-border-radius:4px}.warn{background:#fff3cd;padding:.5em 1em;border-left:4px solid #e0a800}
-.tbl{border-collapse:collapse;font-size:.85em;margin:.5em 0}.tbl td,.tbl th{border:1px solid
-#ccc;padding:2px 6px;text-align:right}.tbl th{background:#f0f0f0}.none{color:#777;
-font-style:italic}img{max-width:100%;display:block;margin:.5em 0}pre{background:#f6f6f6;
-padding:.5em;overflow:auto;font-size:.8em}"""
-
-
 def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
                  cache: bool = True, plots: bool = True) -> dict[str, Path]:
     """Analyse `run_dir` and write metrics.json, summary.md, report.html and plots/*.png.
@@ -600,13 +327,13 @@ def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
     a = analyse(run_dir, rto_threshold_s=rto_threshold_s, cache=cache)
     out = Path(out_dir) if out_dir else a.run_dir
     out.mkdir(parents=True, exist_ok=True)
-    figs = _plot_all(a, out / "plots") if plots else {}
+    figs = render.plot_all(a, out / "plots") if plots else {}
     try:
-        sections = _sections(a, figs)
+        sections = render.sections(a, figs)
     except Exception:  # keep the banner and the numbers even if a section has a bug
         sections = [("Report error", f"<pre>{html.escape(traceback.format_exc())}</pre>",
                      "report section failed\n")]
-    banner = _banner(a)
+    banner = render.banner(a)
     a.metrics["problems"] = a.problems
     a.metrics["plots"] = sorted(p.name for p in figs.values() if p)
     metrics_path = out / "metrics.json"
@@ -630,7 +357,7 @@ def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
         body.append(f"<div class='banner' id='status-banner'>{html.escape(banner)}</div>")
     body.append(f"<h1>{html.escape(title)}</h1><p>status: <b>{html.escape(a.status)}</b>"
                 f"{' — ' + html.escape(a.reason) if a.reason else ''}; "
-                f"duration {_fmt(a.t1 - a.t0)} s</p>")
+                f"duration {render.fmt(a.t1 - a.t0)} s</p>")
     for p in a.problems:
         body.append(f"<p class='warn'>{html.escape(p)}</p>")
     if a.missing:
@@ -642,7 +369,7 @@ def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
     for i, (sec_title, sec_html, _) in enumerate(sections):
         body.append(f"<h2 id='s{i}'>{html.escape(sec_title)}</h2>{sec_html}")
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-            f"</title><style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+            f"</title><style>{render.CSS}</style></head><body>{''.join(body)}</body></html>")
     report_path = out / "report.html"
     report_path.write_text(page)
     return {"metrics": metrics_path, "summary": summary_path, "report": report_path,
