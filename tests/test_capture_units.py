@@ -1,0 +1,72 @@
+"""Rootless tests of what the runner measures: tcpdump's exit counters, the CPU
+saturation rule, the short CLI summary and the run lock."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from incastlab.capture.cpu import CpuMonitor
+from incastlab.capture.pcap import parse_tcpdump_stats
+from incastlab.commands.common import short_summary
+from incastlab.lock import LockHeld, RunLock
+
+
+def test_tcpdump_exit_counters():
+    text = ("tcpdump: listening on h1-eth0, link-type EN10MB (Ethernet), snapshot length 128 "
+            "bytes\n1234 packets captured\n1240 packets received by filter\n"
+            "6 packets dropped by kernel\n")
+    assert parse_tcpdump_stats(text) == {"captured": 1234, "received": 1240,
+                                         "dropped_by_kernel": 6, "dropped_by_interface": None}
+    assert parse_tcpdump_stats("")["captured"] is None
+
+
+def test_cpu_saturation_rule_covers_machine_and_datapath():
+    mon = CpuMonitor()
+    mon.busy, mon.vswitchd = [0.5] * 10, [0.95] * 3 + [0.3] * 7
+    s = mon.summary()
+    assert s["datapath_saturated"] and not s["machine_saturated"] and s["saturated"]
+    mon.busy, mon.vswitchd = [0.99] * 1 + [0.4] * 9, [0.2] * 10
+    assert not mon.summary()["saturated"]
+    mon.busy = [0.99] * 2 + [0.4] * 8
+    assert mon.summary()["machine_saturated"]
+
+
+def test_short_summary_reads_metrics(tmp_path):
+    (tmp_path / "metrics.json").write_text(json.dumps({
+        "run": {"status": "aborted", "reason": "interrupted"},
+        "headline": {"tc_drops": 12.0, "rtos": 3, "goodput_mbps": None},
+        "problems": ["CPU saturated"]}))
+    text = short_summary(tmp_path)
+    assert "aborted (interrupted)" in text and "queue drops (tc): 12 packets" in text
+    assert "retransmission timeouts: 3" in text and "goodput" not in text
+    assert "warning: CPU saturated" in text
+
+
+def test_second_lock_holder_is_refused_with_the_first_named(tmp_path):
+    path = tmp_path / "run.lock"
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from incastlab.lock import RunLock
+        RunLock(Path({str(path)!r})).acquire("/runs/first")
+        print("held", flush=True)
+        time.sleep(30)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        lock = RunLock(path)
+        assert f"pid {holder.pid}" in lock.holder() and "/runs/first" in lock.holder()
+        try:
+            lock.acquire("/runs/second")
+            raise AssertionError("a second run took the lock")
+        except LockHeld as exc:
+            assert "/runs/first" in str(exc)
+    finally:
+        holder.kill()
+        holder.wait()
+    lock = RunLock(path)
+    assert lock.holder() is None  # a dead holder's lock is free again
+    lock.acquire("/runs/third")
+    lock.release()
+    assert os.path.exists(path)
