@@ -156,24 +156,41 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
         except PcapError as exc:
             problems.append(f"capture {p.name} unreadable: {exc}")
             continue
+        except Exception as exc:  # noqa: BLE001 - one bad file must not cost the report
+            problems.append(f"capture {p.name} unreadable ({type(exc).__name__}: {exc})")
+            continue
         if df.attrs.get("partial"):
             problems.append(f"capture {p.name} is partial ({df.attrs.get('reason')}; "
                             f"{df.attrs.get('bytes_skipped')} bytes skipped)")
         pcaps[p.stem] = df
     if not pcaps:
         missing["pcap"] = "no readable captures in pcap/"
-    tcp_df = tcp.combine(pcaps)
-    flows = tcp.data_flows(tcp_df)
-    for r in tcp.reused_tuples(tcp_df).drop_duplicates("flow").itertuples(index=False):
-        problems.append(f"flow {r.flow} carried {r.connections} connections (same ports "
-                        "reused); its retransmission and loss counts mix them")
-    retrans, rec_eps = tcp.retransmissions(tcp_df, flows, rto_threshold_s=rto_threshold_s)
-    lost = tcp.losses(tcp_df, flows)
-    spurious = tcp.spurious_retransmissions(tcp_df, retrans, flows)
-    retrans = retrans.assign(spurious=spurious.to_numpy() if len(retrans) else [])
-    attributed = rec.attribute_losses(lost, fabric, queues, flow_paths)
-    fsum = tcp.flow_summary(tcp_df, flows, retrans)
-    tput = tcp.throughput_series(tcp_df, flows)
+    def guard(what, fn, fallback):
+        """A bug or an unforeseen input in one part is reported, not fatal."""
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001
+            problems.append(f"{what} could not be computed ({type(exc).__name__}: {exc}); "
+                            "shown as empty")
+            return fallback()
+
+    def tcp_tables(tcp_df):
+        flows = tcp.data_flows(tcp_df)
+        for r in tcp.reused_tuples(tcp_df).drop_duplicates("flow").itertuples(index=False):
+            problems.append(f"flow {r.flow} carried {r.connections} connections (same ports "
+                            "reused); its retransmission and loss counts mix them")
+        retrans, rec_eps = tcp.retransmissions(tcp_df, flows, rto_threshold_s=rto_threshold_s)
+        lost = tcp.losses(tcp_df, flows)
+        spurious = tcp.spurious_retransmissions(tcp_df, retrans, flows)
+        retrans = retrans.assign(spurious=spurious.to_numpy() if len(retrans) else [])
+        attributed = rec.attribute_losses(lost, fabric, queues, flow_paths)
+        fsum = tcp.flow_summary(tcp_df, flows, retrans)
+        tput = tcp.throughput_series(tcp_df, flows)
+        return tcp_df, flows, retrans, rec_eps, lost, spurious, attributed, fsum, tput
+
+    tcp_df, flows, retrans, rec_eps, lost, spurious, attributed, fsum, tput = guard(
+        "TCP analysis of the captures", lambda: tcp_tables(tcp.combine(pcaps)),
+        lambda: tcp_tables(tcp.combine({})))
     if len(pcaps) and flows.empty:
         missing["flows"] = "captures hold no TCP payload"
     elif len(flows) and flows["receiver_iface"].isna().all():
@@ -181,12 +198,20 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
 
     qd = qmod.queue_deltas(queues)
     qsum = qmod.queue_summary(queues, fabric)
-    balance, balance_sum = qmod.fabric_balance(fabric, queues, port_stats)
-    sl = qmod.spine_links(fabric)
-    util = qmod.link_utilisation(queues, sl["iface"], dict(zip(sl["iface"], sl["rate_mbps"],
-                                                               strict=True))) \
-        if len(sl) and len(queues) else pd.DataFrame()
-    episodes = ep.incast_episodes(queues, fabric, tcp_df, retrans, flow_paths)
+
+    def balance_tables():
+        balance, balance_sum = qmod.fabric_balance(fabric, queues, port_stats)
+        sl = qmod.spine_links(fabric)
+        util = qmod.link_utilisation(queues, sl["iface"], dict(zip(
+            sl["iface"], sl["rate_mbps"], strict=True))) if len(sl) and len(queues) \
+            else pd.DataFrame()
+        return balance, balance_sum, util
+
+    balance, balance_sum, util = guard("fabric balance", balance_tables, lambda: (
+        pd.DataFrame(columns=["iface", "spine", "leaf", "direction", "bytes"]), {},
+        pd.DataFrame()))
+    episodes = guard("incast episodes", lambda: ep.incast_episodes(
+        queues, fabric, tcp_df, retrans, flow_paths), lambda: pd.DataFrame(columns=ep.COLUMNS))
     recon = rec.reconcile(queue_summary=qsum, attributed=attributed, retrans=retrans,
                           spurious=spurious, counters=counters, manifest=manifest,
                           captured_flows=len(flows), fabric=fabric,
@@ -194,9 +219,12 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
                           if len(flows) else 0)
 
     # training
-    iters = training.iterations(workers)
+    iters = guard("worker iterations", lambda: training.iterations(workers),
+                  lambda: pd.DataFrame(columns=training.ITER_COLUMNS))
     host_ips = {h: v["ip"] for h, v in fabric["hosts"].items()}
-    iters_ev = training.with_network_events(iters, lost, retrans, qd, host_ips)
+    iters_ev = guard("network events per iteration", lambda: training.with_network_events(
+        iters, lost, retrans, qd, host_ips), lambda: training.with_network_events(
+        iters.iloc[0:0], None, None, None))
     steps = training.steps(iters)
     workers_tbl = training.per_worker(iters, steps)
     dropped = training.discarded(workers)

@@ -318,3 +318,18 @@ def test_backup_workers_discarded_gradients(tmp_path):
     assert a.tables["discarded"].to_dict(orient="records") == [{"rank": 3, "discarded": 3}]
     assert a.metrics["discarded_gradients"] == 3
     assert "Late gradients discarded" in build_report(run, plots=False)["report"].read_text()
+
+
+def test_a_failing_part_is_reported_and_the_rest_still_built(tmp_path, monkeypatch):
+    from incastlab.analysis import episodes
+    run = tmp_path / "bug"
+    make_demo_run(run)
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("injected")
+    monkeypatch.setattr(episodes, "incast_episodes", boom)
+    paths = build_report(run, plots=False)
+    m = json.loads(paths["metrics"].read_text())
+    assert any("incast episodes could not be computed (RuntimeError: injected)" in p
+               for p in m["problems"])
+    assert m["headline"]["retransmissions"] == 4 and m["headline"]["incast_episodes"] == 0
