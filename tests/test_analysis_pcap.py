@@ -253,3 +253,15 @@ def test_unwritable_or_damaged_cache_is_only_a_miss(tmp_path):
     (tmp_path / "h1-eth0.pcap.parquet").write_bytes(b"garbage")
     assert len(read_pcap(p)) == 5
     assert read_pcap(p).attrs["cached"] is True  # rewritten by the previous call
+
+
+@pytest.mark.parametrize("linktype,header", [
+    (113, struct.pack(">HHH8sH", 0, 1, 6, b"\x02" * 8, 0x0800)),                 # SLL
+    (276, struct.pack(">HHIHBB8s", 0x0800, 0, 3, 1, 0, 6, b"\x02" * 8))])        # SLL2
+def test_linux_cooked_captures(linktype, header):
+    ip = bytes(_pkts()[0][1])
+    raw = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, linktype)
+    raw += struct.pack("<IIII", 1_700_000_000, 5, len(header + ip), len(header + ip))
+    df = parse_pcap_bytes(raw + header + ip)
+    r = df.iloc[0]
+    assert (r["proto"], r["seq"], r["payload_len"], r["tsval"]) == (6, 1000, 100, 500)
