@@ -67,7 +67,8 @@ def test_shipped_sweeps_expand_to_the_expected_runs():
         spec = load_spec(ROOT / "specs" / f"{name}.toml", allow_sweep=True)
         return [label for label, _ in expand_sweep(spec)]
 
-    assert labels("demo") == ["kind=ps,rep=1", "kind=ring,rep=1"]
+    assert labels("demo") == ["kind=ps,rep=1", "kind=ring,rep=1", "kind=ps,rep=2",
+                              "kind=ring,rep=2"]
     assert labels("ring-vs-ps") == ["kind=ps,rep=1", "kind=ring,rep=1",
                                     "kind=ps,rep=2", "kind=ring,rep=2"]
     assert labels("routing-compare") == [f"policy={p},rep=1" for p in
