@@ -28,7 +28,9 @@ rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.ar
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                         world_size=world, timeout=datetime.timedelta(seconds=30))
 result = {}
-for kind, numel in (("int", 1001), ("int", 4000), ("float", 1001), ("float", 4000)):
+# 1001/4000 elements: one slice per chunk; 100003: several (MIN_SLICE_BYTES), uneven
+for kind, numel in (("int", 1001), ("int", 4000), ("float", 1001), ("float", 4000),
+                    ("int", 100003), ("float", 100003)):
     g = torch.Generator().manual_seed(1000 * rank + numel)
     if kind == "int":
         x = torch.randint(-1000, 1000, (numel,), generator=g).to(torch.float32)
