@@ -25,6 +25,12 @@ emulated host of a leaf–spine fabric whose host links are shaped to --bandwidt
 only uses the --bandwidth-mbps you give; loopback is far faster and the CPU is what it
 measures).
 
+In fabric mode every job is watched by incastlab.capture.cpu.CpuMonitor: a result whose
+job kept ovs-vswitchd (the single-threaded userspace datapath) at 90% of a core or more
+is flagged "datapath at its CPU ceiling": the CPU, not only the emulated links, may have
+set the time (here the N-rank ring jobs at 50 Mbit/s: N x 50 Mbit/s of host traffic,
+cross-leaf flows over 3 bridges each; N = 8 then varies from run to run, 1.16-1.36 x).
+
 Prints one line per measurement, then one JSON line with everything.
 """
 from __future__ import annotations
@@ -37,7 +43,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Any, Callable, ContextManager, Protocol
 
 MIB = 1 << 20
 CHILD = Path(__file__).resolve()
@@ -124,6 +130,7 @@ class Result:
     median_s: float
     bound_s: float
     phase: str = "all"
+    cpu: dict | None = None  # the job's CpuMonitor summary (fabric mode), else None
 
     @property
     def ratio(self) -> float:
@@ -138,18 +145,24 @@ class Result:
                 "size_bytes": self.size_bytes, "median_s": self.median_s,
                 "bound_s": self.bound_s, "ratio": self.ratio,
                 "efficiency": self.bound_s / self.median_s,
-                "effective_mbps": self.effective_mbps(bandwidth_mbps)}
+                "effective_mbps": self.effective_mbps(bandwidth_mbps),
+                "datapath_saturated": self.cpu["datapath_saturated"] if self.cpu else None,
+                "vswitchd_max_core_share": (self.cpu["vswitchd_max_core_share"]
+                                            if self.cpu else None)}
 
 
 def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path,
             ifaces: list[str | None] | None = None, size_bytes: int = 4 * MIB,
             world_sizes: tuple[int, ...] = (4, 8), reps: int = 5, port: int = 29600,
-            timeout: float = 120.0) -> list[Result]:
+            timeout: float = 120.0,
+            monitor: Callable[[], ContextManager[Any]] | None = None) -> list[Result]:
     """Run every measurement; rank r runs on hosts[r] (reached at that address).
 
     `hosts` needs max(world_sizes) + 1 entries (the PS job has one extra rank: the
     server on hosts[0]); entries may repeat (loopback). `ifaces[r]` is given to rank r
     as --iface (GLOO_SOCKET_IFNAME). Bounds use `bandwidth_mbps` (Mbit/s, 1e6 bit/s).
+    `monitor()`, if given, makes a context manager with a `summary()` (a CpuMonitor) that
+    watches each job; its summary is kept in the job's results.
     """
     need = max(world_sizes) + 1
     if len(hosts) < need:
@@ -164,6 +177,9 @@ def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path
             job_out = out / f"{algo}-{n}"
             job_out.mkdir(parents=True, exist_ok=True)
             handles = []
+            watch = monitor() if monitor else None
+            if watch is not None:
+                watch.__enter__()
             for rank in range(world):
                 argv = [sys.executable, str(CHILD), "--child", algo, "--rank", str(rank),
                         "--world-size", str(world), "--master", f"{hosts[0]}:{port}",
@@ -172,7 +188,12 @@ def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path
                 if ifaces[rank]:
                     argv += ["--iface", ifaces[rank]]
                 handles.append(launch(rank, rank, argv))
-            codes = [h.wait(timeout * (reps + 2)) for h in handles]
+            try:
+                codes = [h.wait(timeout * (reps + 2)) for h in handles]
+            finally:
+                if watch is not None:
+                    watch.__exit__(None, None, None)
+            cpu = watch.summary() if watch is not None else None
             port += 1  # a fresh rendezvous port per job (no TIME_WAIT surprises)
             if any(codes):
                 raise RuntimeError(f"{algo} N={n}: ranks exited with {codes}; see {job_out}")
@@ -180,10 +201,11 @@ def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path
             step = statistics.median(t[0] for t in times)
             if algo == "ps":
                 push = statistics.median(t[1] for t in times)
-                results.append(Result("ps", n, m, push, n * m / rate, phase="push"))
-                results.append(Result("ps", n, m, step, 2 * n * m / rate, phase="step"))
+                results.append(Result("ps", n, m, push, n * m / rate, phase="push", cpu=cpu))
+                results.append(Result("ps", n, m, step, 2 * n * m / rate, phase="step",
+                                      cpu=cpu))
             else:
-                results.append(Result(algo, n, m, step, 2 * (n - 1) / n * m / rate))
+                results.append(Result(algo, n, m, step, 2 * (n - 1) / n * m / rate, cpu=cpu))
     return results
 
 
@@ -221,6 +243,7 @@ def run_fabric(args: argparse.Namespace) -> list[Result]:
     links at --bandwidth-mbps, uplinks at hosts_per_leaf × that rate so neither ECMP
     collisions nor the spine limit the host links: the bound is the host link. Policy
     ecmp, CUBIC, 100-packet queues."""
+    from incastlab.capture.cpu import CpuMonitor
     from incastlab.fabric import Fabric
     from incastlab.topologies.leafspine import LeafSpineTopo, fabric_map
 
@@ -244,10 +267,19 @@ def run_fabric(args: argparse.Namespace) -> list[Result]:
             return measure([h["ip"] for h in hosts], args.bandwidth_mbps, launch, out,
                            ifaces=[h["intf"] for h in hosts], size_bytes=args.size_bytes,
                            world_sizes=tuple(args.world_sizes), reps=args.reps,
-                           timeout=args.timeout)
+                           timeout=args.timeout, monitor=lambda: CpuMonitor(0.5))
         finally:
             for err in logs:
                 err.close()
+
+
+def _cpu_note(cpu: dict | None) -> str:
+    """Flag a job during which ovs-vswitchd (the single-threaded userspace datapath) ran
+    at its ceiling: then the CPU, not the emulated links, limited the result."""
+    if not cpu or not cpu.get("datapath_saturated"):
+        return ""
+    return (f"  [datapath at its CPU ceiling: ovs-vswitchd >= 90% of a core in "
+            f"{cpu['vswitchd_saturated_share']:.0%} of samples]")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -280,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r.algo:5s} {r.phase:5s} N={r.n:<2d} M={r.size_bytes} B: measured "
               f"{r.median_s * 1e3:9.2f} ms, bound {r.bound_s * 1e3:9.2f} ms, "
               f"ratio {r.ratio:8.4f}, effective {r.effective_mbps(args.bandwidth_mbps):10.1f} "
-              f"Mbit/s")
+              f"Mbit/s" + _cpu_note(r.cpu))
     print(json.dumps({"benchmark": "allreduce_efficiency",
                       "mode": "loopback" if args.loopback else "fabric",
                       "bandwidth_mbps": args.bandwidth_mbps, "size_bytes": args.size_bytes,
