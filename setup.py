@@ -21,8 +21,10 @@ setup(
     name="incastlab",
     version="0.1.0",
     description="Packet-level emulation testbed for distributed deep-learning traffic",
-    python_requires=">=3.10",
-    packages=["incastlab"] + [f"incastlab.{name}" for name in SUBPACKAGES],
+    python_requires=">=3.11",  # tomllib; Debian 12 and Ubuntu 24.04 ship 3.11/3.12
+    # every package, listed: incastlab's own subpackages and the four mapped folders
+    packages=["incastlab", "incastlab.capture", "incastlab.commands"]
+    + [f"incastlab.{name}" for name in SUBPACKAGES],
     package_dir={"incastlab": "incastlab", **{f"incastlab.{n}": n for n in SUBPACKAGES}},
     include_package_data=True,
     install_requires=[

@@ -592,8 +592,15 @@ def _tcp_options(a, b4, cols, ti, T4, doff, l4len, only=None):
 
 # ---------------------------------------------------------------- files and cache
 
+CACHE_DIR = "analysis-cache"
+
+
 def _cache_path(path: Path) -> Path:
-    return path.with_name(path.name + ".parquet")
+    """Where the Parquet cache of a pcap lives: never beside the raw data (the run's
+    ``pcap/`` stays as captured), but in ``analysis-cache/`` of the run directory, or of
+    the pcap's own folder for a pcap outside a run directory."""
+    base = path.parent.parent if path.parent.name == "pcap" else path.parent
+    return base / CACHE_DIR / (path.name + ".parquet")
 
 
 def _stamp(path: Path) -> dict:
@@ -658,6 +665,7 @@ def _write_cache(df, cpath: Path, stamp: dict, iface: str) -> None:
     import pyarrow.parquet as pq
     tmp = cpath.with_name(cpath.name + f".tmp{os.getpid()}")
     try:
+        cpath.parent.mkdir(parents=True, exist_ok=True)
         table = pa.Table.from_pandas(df, preserve_index=False)
         meta = dict(table.schema.metadata or {})
         extra = dict(stamp, iface=iface, partial=str(df.attrs.get("partial", False)),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 
@@ -19,17 +20,27 @@ COMMANDS = {
 }
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Show a default only where there is one worth showing (not None/False/[])."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False, []) or "(default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="incastlab",
         description="Packet-level emulation of distributed deep-learning traffic on a "
                     "Mininet leaf–spine fabric (run as root).")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more output")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="more output (Mininet's own log at info level)")
     parser.add_argument("-q", "--quiet", action="store_true", help="errors only")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in COMMANDS.items():
         p = sub.add_parser(name, help=command.HELP, description=command.__doc__,
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                           formatter_class=HelpFormatter)
         command.add_arguments(p)
         p.set_defaults(handler=command.run)
     return parser
@@ -40,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     # started us in the background, which sets SIGINT to "ignore".
     signal.signal(signal.SIGINT, signal.default_int_handler)
     args = build_parser().parse_args(argv)
+    if args.verbose:
+        os.environ["INCASTLAB_MININET_LOG"] = "info"
     try:
         return args.handler(args) or 0
     except KeyboardInterrupt:

@@ -147,23 +147,24 @@ class Fabric:
         if self._stopped:
             return
         self._stopped = True
-        # A second Ctrl-C must not interrupt the teardown that cleans up after the first.
+        # A second Ctrl-C or SIGTERM must not interrupt the teardown of the first.
         previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             if self.net is not None:
                 try:
                     self.net.stop()
                 except Exception as exc:  # keep going: the state clean-up below finishes
-                    print(f"incastlab: Mininet stop failed ({exc}); cleaning up by record",
+                    print(f"incastlab: Mininet stop failed ({exc!r}); cleaning up by record",
                           file=sys.stderr)
             if self.controller is not None and self.controller.poll() is None:
                 _end_group(self.controller)
             if self.state is not None:
                 clean_state(self.state)
                 self.state.remove()
+        finally:
             if self._saved_allowed_cc is not None:
                 ALLOWED_CC.write_text(self._saved_allowed_cc)
-        finally:
             self.lock.release()
             signal.signal(signal.SIGINT, previous_int)
             for sig, handler in self._old_handlers.items():
@@ -200,7 +201,7 @@ class Fabric:
             if "rc=0" not in out:
                 raise FabricError(f"could not configure TCP on {host.name}: {out.strip()}")
 
-    def _controller_failed(self) -> str | None:
+    def controller_failed(self) -> str | None:
         if self.controller.poll() is None:
             return None
         tail = ""
@@ -216,7 +217,7 @@ class Fabric:
         ready_file = self.run_dir / "controller_ready.json"
         step = "switches connecting to the controller"
         while True:
-            failed = self._controller_failed()
+            failed = self.controller_failed()
             if failed:
                 raise FabricError(failed)
             if step.startswith("switches"):

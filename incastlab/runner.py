@@ -150,8 +150,11 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
             with CpuMonitor() as cpu:
                 try:
                     procs = _start_workload(fab, launches, run_dir / "workers")
-                    _wait_workload(spec, fab, procs, launches, captures, run_dir, deadline,
-                                   progress)
+                    truncated = _wait_workload(spec, fab, procs, launches, captures, run_dir,
+                                               deadline, progress, cpu)
+                    if truncated:
+                        manifest.update(capture_drops=truncated,
+                                        captures_truncated="disk nearly full")
                 finally:
                     manifest.update(cpu=cpu.summary())
         finally:
@@ -210,9 +213,14 @@ def _iterations_logged(path: Path) -> int:
         return 0
 
 
-def _wait_workload(spec, fab, procs, launches, captures, run_dir, deadline, progress):
+def _wait_workload(spec, fab, procs, launches, captures, run_dir, deadline, progress,
+                   cpu) -> dict:
+    """Wait for the workload; raise RunFailed on a failed process, a dead controller or
+    the run's deadline. Returns the capture stats if captures had to stop early."""
     log_dir = run_dir / "workers"
     last_shown = 0.0
+    truncated: dict = {}
+    steady = False
     while True:
         codes = [p.poll() for p in procs]
         bad = [(launch, code) for launch, code in zip(launches, codes, strict=True)
@@ -223,16 +231,15 @@ def _wait_workload(spec, fab, procs, launches, captures, run_dir, deadline, prog
             raise RunFailed("failed", f"{launch.role} rank {launch.rank} on {launch.host} "
                                       f"exited with status {code}: {err[-300:]}")
         if all(code == 0 for code in codes):
-            return
-        failed = fab._controller_failed()
+            return truncated
+        failed = fab.controller_failed()
         if failed:
             raise RunFailed("failed", failed.splitlines()[0])
         if time.monotonic() > deadline:
-            raise RunFailed("failed", f"the workload exceeded run.duration_limit_s = "
-                                      f"{spec.run.duration_limit_s:g} s")
+            raise RunFailed("failed", f"the run exceeded run.duration_limit_s = "
+                                      f"{spec.run.duration_limit_s:g} s (bring-up included)")
         if captures and shutil.disk_usage(run_dir).free < LOW_FREE_BYTES:
-            for cap in captures:
-                cap.stop()
+            truncated = {cap.iface: cap.stop() for cap in captures}
             progress.phase("disk nearly full: captures stopped")
             captures.clear()
         if time.monotonic() - last_shown >= 1.0:
@@ -240,6 +247,11 @@ def _wait_workload(spec, fab, procs, launches, captures, run_dir, deadline, prog
                     for launch in launches if launch.counts_iterations}
             want = expected_iterations(spec, launches[0])
             progress.iterations(done, want)
+            if not steady and done and all(done.values()):
+                # Start judging CPU saturation once every process is iterating: the
+                # seconds before are torch imports and rendezvous, CPU-bound by nature.
+                cpu.restart()
+                steady = True
             last_shown = time.monotonic()
         time.sleep(0.2)
 

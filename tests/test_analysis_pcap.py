@@ -212,11 +212,13 @@ def test_many_records_fast_path_exact(tmp_path):
 
 
 def test_parquet_cache_and_invalidation(tmp_path):
-    p = tmp_path / "h1-eth0.pcap"
+    (tmp_path / "pcap").mkdir()
+    p = tmp_path / "pcap" / "h1-eth0.pcap"
     write_pcap(p, _pkts(), T0)
     a = read_pcap(p)
+    assert not (tmp_path / "pcap" / "h1-eth0.pcap.parquet").exists(), "raw folder touched"
     assert a.attrs["cached"] is False and (a["iface"] == "h1-eth0").all()
-    assert (tmp_path / "h1-eth0.pcap.parquet").exists()
+    assert (tmp_path / "analysis-cache" / "h1-eth0.pcap.parquet").exists()
     b = read_pcap(p)
     assert b.attrs["cached"] is True and len(b) == 5
     write_pcap(p, _pkts()[:3], T0)  # new content, new size
@@ -245,12 +247,13 @@ def test_fast_path_equals_general_path(tmp_path):
 def test_unwritable_or_damaged_cache_is_only_a_miss(tmp_path):
     p = tmp_path / "h1-eth0.pcap"
     write_pcap(p, _pkts(), T0)
-    (tmp_path / "h1-eth0.pcap.parquet").mkdir()  # cannot be read nor replaced, even by root
+    # a directory in the cache's place cannot be read nor replaced, even by root
+    (tmp_path / "analysis-cache" / "h1-eth0.pcap.parquet").mkdir(parents=True)
     df = read_pcap(p)
     assert len(df) == 5 and df.attrs["cached"] is False
-    assert not list(tmp_path.glob("*.tmp*"))
-    (tmp_path / "h1-eth0.pcap.parquet").rmdir()
-    (tmp_path / "h1-eth0.pcap.parquet").write_bytes(b"garbage")
+    assert not list(tmp_path.glob("**/*.tmp*"))
+    (tmp_path / "analysis-cache" / "h1-eth0.pcap.parquet").rmdir()
+    (tmp_path / "analysis-cache" / "h1-eth0.pcap.parquet").write_bytes(b"garbage")
     assert len(read_pcap(p)) == 5
     assert read_pcap(p).attrs["cached"] is True  # rewritten by the previous call
 

@@ -55,6 +55,10 @@ class CpuMonitor:
         self._stop.set()
         self._thread.join(timeout=5)
 
+    def restart(self) -> None:
+        """Forget the samples so far (e.g. the start-up phase before the workload)."""
+        self.busy, self.vswitchd = [], []
+
     def _loop(self):
         total0, idle0 = _cpu_times()
         ovs0 = _proc_ticks(self._pid) if self._pid else None

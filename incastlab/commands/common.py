@@ -99,6 +99,8 @@ def short_summary(run_dir: Path) -> str:
         value = head.get(key)
         if value is None:
             continue
+        if isinstance(value, float) and value.is_integer() and unit != "s":
+            value = int(value)  # counts are stored as floats in metrics.json
         text = f"{value:.3g}" if isinstance(value, float) else str(value)
         lines.append(f"  {label}: {text} {unit}".rstrip())
     for problem in metrics.get("problems", [])[:3]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from incastlab.controller.registry import POLICIES
 from incastlab.fabric import Fabric, FabricError
 from incastlab.preflight import PreflightError
 from incastlab.topologies.leafspine import DEFAULT_HOST_BW, LeafSpineTopo, TopologyError
@@ -19,13 +20,15 @@ def add_arguments(p):
                    help="host link rate, Mbit/s")
     p.add_argument("--queue-packets", type=int, default=100,
                    help="switch egress queue limit, packets")
-    p.add_argument("--policy", default="single", help="routing policy of the controller")
+    p.add_argument("--policy", default="single", choices=sorted(POLICIES),
+                   help="routing policy of the controller")
     p.add_argument("--run-dir", default=None,
                    help="where fabric.json and controller logs go (default: a temp dir)")
 
 
 def run(args) -> int:
     from mininet.cli import CLI
+    from mininet.log import setLogLevel
 
     try:
         topo = LeafSpineTopo(args.spines, args.leaves, args.hosts_per_leaf,
@@ -33,7 +36,9 @@ def run(args) -> int:
         with Fabric(topo, policy=args.policy, run_dir=args.run_dir) as fabric:
             print(f"fabric ready ({len(fabric.net.hosts)} hosts, policy {args.policy}); "
                   f"logs in {fabric.run_dir}. Type 'exit' to tear down.")
+            setLogLevel("info")  # pingall, iperf etc. print their results at info level
             CLI(fabric.net)
+        print(f"torn down; fabric.json and controller logs kept in {fabric.run_dir}")
     except (TopologyError, PreflightError, FabricError) as exc:
         print(f"incastlab cli: {exc}", file=sys.stderr)
         return 1

@@ -81,6 +81,9 @@ def sweep(args, spec=None) -> int:
         common.report_and_summarise(run_dir, args)
         run_dirs.append(run_dir)
         print(f"[{n}/{len(points)}] {label}: {status}")
+        if status == "aborted":  # Ctrl-C or SIGTERM: stop the sweep, not just this run
+            print(f"sweep stopped after {label}; continue it with --resume --out {base}")
+            break
     (base / "sweep.json").write_text(json.dumps(
         {"spec": spec.source, "runs": statuses}, indent=1))
     from incastlab.analysis.compare import compare_runs
