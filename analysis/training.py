@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 ITER_COLUMNS = ["file", "rank", "iteration", "t_start", "t_end", "duration_s", "compute_s",
+                "slowdown_s", "t_push",
                 "comm_s", "wait_s", "push_s", "pull_s", "allreduce_s", "bytes_sent",
                 "bytes_recv", "model_version", "staleness", "loss", "host"]
 
@@ -69,17 +70,33 @@ def _host(start: dict) -> str | None:
 
 def steps(iters: pd.DataFrame) -> pd.DataFrame:
     """Synchronous steps: per iteration number, start, end, step_s, straggler rank,
-    spread_s (latest minus earliest worker end)."""
+    spread_s (latest minus earliest worker end).
+
+    The straggler is the worker whose gradient was ready last — its push completed last
+    (t_push + push_s) where the PS logs that, else its compute (plus any injected
+    slowdown) ended last — not the one whose iteration ended last: a synchronous PS
+    answers its workers in rank order, so the last to finish is always the same rank."""
     if iters.empty:
         return pd.DataFrame(columns=["iteration", "start", "end", "step_s", "straggler",
                                      "spread_s", "workers"])
+    ready = _gradient_ready(iters)
     rows = []
     for it, g in iters.groupby("iteration", sort=True):
         rows.append({"iteration": it, "start": g["t_start"].min(), "end": g["t_end"].max(),
                      "step_s": g["t_end"].max() - g["t_start"].min(),
-                     "straggler": g.loc[g["t_end"].idxmax(), "rank"],
+                     "straggler": g.loc[ready.loc[g.index].idxmax(), "rank"],
                      "spread_s": g["t_end"].max() - g["t_end"].min(), "workers": len(g)})
     return pd.DataFrame(rows)
+
+
+def _gradient_ready(iters: pd.DataFrame) -> pd.Series:
+    """When each iteration's gradient was ready to leave (s, epoch), see steps()."""
+    compute = iters["t_start"] + iters.get("compute_s", 0).fillna(0) \
+        + (iters["slowdown_s"].fillna(0) if "slowdown_s" in iters else 0)
+    if "t_push" in iters and "push_s" in iters:
+        pushed = iters["t_push"] + iters["push_s"]
+        return pushed.where(pushed.notna(), compute)
+    return compute
 
 
 def with_network_events(iters: pd.DataFrame, lost: pd.DataFrame | None = None,
