@@ -7,28 +7,7 @@ this machine kind has no netem. So every switch egress port gets
 
 which makes drops happen in one known queue and be counted by ``tc -s qdisc show``.
 Hosts get the same HTB shaping with a deep pfifo (``HOST_QUEUE_PACKETS``), like a NIC's
-txqueuelen, so that congestion drops happen in the fabric, not in the sender's stack —
-plus one thing switches do not get: small packets (IP length < 128 bytes: pure TCP ACKs,
-tiny control messages) have an HTB class of their own that is served first
-(``small_first``, handle ``30:``; bulk data stays in handle ``10:``):
-
-    root HTB -> 1:1 (rate = link bw) -> 1:20 bulk,  prio 1 -> pfifo (handle 10:)
-                                     -> 1:30 small, prio 0 -> pfifo (handle 30:)
-
-Why: a host that sends and receives at once (every rank of a ring all-reduce; not a PS
-worker, which only pushes) used to put the ACKs of its incoming flow behind its own
-outgoing data in one FIFO. TCP small queues keep that FIFO at tens of packets, not 1000,
-but at 20 Mbit/s that is still 5-35 ms per ACK (sampled backlog: mean 8-17, max 60
-packets), which inflates every incoming flow's RTT, ACK-clocks it in bursts, and delays
-gloo's small "ready to receive" messages, on which each send waits. Measured with
-benchmarks/allreduce_efficiency.py (N = 4, 4 MiB, 20 Mbit/s), the lockstep ring went from
-1.53 x the bound to 1.10 x with this class alone; the PS push stayed at 1.045 x.
-Trade-off: a real host's NIC ring is a FIFO, but the qdisc above it is, on any current
-Linux, flow-fair (fq_codel or fq, neither of which this kernel has), and there a pure-ACK
-flow does not wait behind a bulk flow either; a shared deep FIFO was the less faithful
-choice. The class only reorders the host's own packets: its rate, the switch queues,
-and what they count (the subject of every experiment) are unchanged. The small class is
-guaranteed SMALL_SHARE of the link and may borrow the rest; bulk may borrow all of it.
+txqueuelen, so that congestion drops happen in the fabric, not in the sender's stack.
 Where a delay is asked for, netem (with the packet limit) replaces the pfifo child;
 bring-up refuses a delay when the kernel has no netem (see incastlab.preflight).
 
@@ -42,56 +21,27 @@ from mininet.node import OVSSwitch, Switch
 
 HOST_QUEUE_PACKETS = 1000
 QUEUE_HANDLE = "10:"  # the pfifo (or netem) child that holds the packets
-SMALL_HANDLE = "30:"  # hosts: the queue of small packets (ACKs), served first
-SMALL_PACKET_BYTES = 128
-SMALL_SHARE = 0.1  # the small-packet class's guaranteed share of the host link
 OFFLOADS = ("tx", "tso", "gso")
 
 
-def tc_commands(dev: str, bw_mbps: float, queue_packets: int, delay: str | None,
-                small_first: bool = False) -> list[list[str]]:
+def tc_commands(dev: str, bw_mbps: float, queue_packets: int, delay: str | None) -> list[list[str]]:
     """The tc argument lists that shape ``dev`` to ``bw_mbps`` Mbit/s with a queue of
-    ``queue_packets`` packets (pure: unit-tested without root).
-
-    ``small_first`` (hosts): packets of fewer than SMALL_PACKET_BYTES (IP length) - pure
-    TCP ACKs, tiny control messages - go to a class of their own that HTB serves before
-    the bulk class, so that a host's ACKs do not wait behind its own outgoing data."""
+    ``queue_packets`` packets (pure: unit-tested without root)."""
     # burst: at least one MTU-sized packet plus headroom; HTB's default burst at tens of
     # Mbit/s is ~1.6 kB and makes the achieved rate fall short under timer slack.
     burst_bytes = max(15_000, int(bw_mbps * 1e6 / 8 / 1000))  # >= 1 ms at line rate
-    rate = ["rate", f"{bw_mbps:g}mbit", "burst", str(burst_bytes), "cburst", str(burst_bytes)]
-    if delay:
-        child = ["netem", "delay", delay, "limit", str(queue_packets)]
-    else:
-        child = ["pfifo", "limit", str(queue_packets)]
-    if not small_first:
-        return [
-            ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1"],
-            ["tc", "class", "replace", "dev", dev, "parent", "1:", "classid", "1:1", "htb", *rate],
-            ["tc", "qdisc", "replace", "dev", dev, "parent", "1:1", "handle", QUEUE_HANDLE,
-             *child],
-        ]
-    small_rate = ["rate", f"{bw_mbps * SMALL_SHARE:g}mbit", "ceil", f"{bw_mbps:g}mbit",
-                  "burst", str(burst_bytes), "cburst", str(burst_bytes)]
-    bulk_rate = ["rate", f"{bw_mbps * (1 - SMALL_SHARE):g}mbit", "ceil", f"{bw_mbps:g}mbit",
-                 "burst", str(burst_bytes), "cburst", str(burst_bytes)]
-    # IP total length (bytes 2-3 of the header) below SMALL_PACKET_BYTES = 128: its top
-    # 9 bits are zero.
-    return [
-        ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default",
-         "20"],
-        ["tc", "class", "replace", "dev", dev, "parent", "1:", "classid", "1:1", "htb", *rate],
-        ["tc", "class", "replace", "dev", dev, "parent", "1:1", "classid", "1:20", "htb",
-         *bulk_rate, "prio", "1"],
-        ["tc", "class", "replace", "dev", dev, "parent", "1:1", "classid", "1:30", "htb",
-         *small_rate, "prio", "0"],
-        ["tc", "qdisc", "replace", "dev", dev, "parent", "1:20", "handle", QUEUE_HANDLE,
-         *child],
-        ["tc", "qdisc", "replace", "dev", dev, "parent", "1:30", "handle", SMALL_HANDLE,
-         *child],  # the same delay (if any) as the bulk queue, never behind its packets
-        ["tc", "filter", "replace", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1",
-         "u32", "match", "u16", "0x0000", "0xff80", "at", "2", "flowid", "1:30"],
+    cmds = [
+        ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1"],
+        ["tc", "class", "replace", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+         "rate", f"{bw_mbps:g}mbit", "burst", str(burst_bytes), "cburst", str(burst_bytes)],
     ]
+    if delay:
+        cmds.append(["tc", "qdisc", "replace", "dev", dev, "parent", "1:1", "handle",
+                     QUEUE_HANDLE, "netem", "delay", delay, "limit", str(queue_packets)])
+    else:
+        cmds.append(["tc", "qdisc", "replace", "dev", dev, "parent", "1:1", "handle",
+                     QUEUE_HANDLE, "pfifo", "limit", str(queue_packets)])
+    return cmds
 
 
 def _run(intf: Intf, argv: list[str]) -> str:
@@ -112,9 +62,6 @@ class QueuedIntf(Intf):
     def config(self, bw=None, queue_packets=None, delay=None, **params):
         result = Intf.config(self, **params)
         _run(self, ["ethtool", "-K", self.name] + [w for o in OFFLOADS for w in (o, "off")])
-        # No IPv6 on emulated links: switch ports in the root namespace would otherwise
-        # send router solicitations and MLD reports into the fabric and the captures.
-        _run(self, ["sysctl", "-qw", f"net.ipv6.conf.{self.name}.disable_ipv6=1"])
         self.bw, self.queue_packets, self.delay = bw, queue_packets, delay
         self.apply_queue()
         return result
@@ -125,8 +72,7 @@ class QueuedIntf(Intf):
             on_switch = isinstance(self.node, Switch)
             limit = self.queue_packets if (on_switch and self.queue_packets) \
                 else HOST_QUEUE_PACKETS
-            for argv in tc_commands(self.name, float(self.bw), int(limit), self.delay,
-                                    small_first=not on_switch):
+            for argv in tc_commands(self.name, float(self.bw), int(limit), self.delay):
                 _run(self, argv)
 
 
