@@ -62,6 +62,9 @@ class QueuedIntf(Intf):
     def config(self, bw=None, queue_packets=None, delay=None, **params):
         result = Intf.config(self, **params)
         _run(self, ["ethtool", "-K", self.name] + [w for o in OFFLOADS for w in (o, "off")])
+        # No IPv6 on emulated links: switch ports in the root namespace would otherwise
+        # send router solicitations and MLD reports into the fabric and the captures.
+        _run(self, ["sysctl", "-qw", f"net.ipv6.conf.{self.name}.disable_ipv6=1"])
         self.bw, self.queue_packets, self.delay = bw, queue_packets, delay
         self.apply_queue()
         return result
