@@ -15,16 +15,22 @@ from pathlib import Path
 STATE_DIR = Path(os.environ.get("INCASTLAB_STATE_DIR", "/run/incastlab/state"))
 
 
-def process_start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot, or None if it is gone."""
+def proc_stat(pid: int) -> list[str] | None:
+    """Fields 3.. of /proc/PID/stat (so index 0 is field 3, the state), or None if the
+    process is gone. comm (field 2) may hold spaces and parentheses: split after the
+    last ')'."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
     except OSError:
         return None
-    # comm (field 2) may contain spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rindex(")") + 2:].split()
-    return int(fields[19])  # field 22 overall
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def process_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, or None if it is gone."""
+    fields = proc_stat(pid)
+    return int(fields[19]) if fields else None  # field 22 overall
 
 
 def is_same_process(pid: int, start: int | None) -> bool:

@@ -190,5 +190,4 @@ def fabric_map(topo: LeafSpineTopo) -> dict:
 
 
 TOPOS = {"leafspine": LeafSpineTopo, "star": StarTopo}
-# `mn --custom` reads this dict; the same registry serves the runner.
-topos = {"leafspine": LeafSpineTopo, "star": StarTopo}
+topos = TOPOS  # the name `mn --custom` looks for; one registry serves both

@@ -6,6 +6,8 @@ import os
 import threading
 import time
 
+from incastlab.state import proc_stat
+
 SATURATED_BUSY = 0.95      # machine busy fraction counted as saturated
 VSWITCHD_BUSY = 0.90       # ovs-vswitchd is single-threaded: 90% of one core is its ceiling
 SATURATED_SHARE = 0.20     # ... for at least this share of the samples
@@ -19,13 +21,8 @@ def _cpu_times() -> tuple[int, int]:
 
 
 def _proc_ticks(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
+    fields = proc_stat(pid)
+    return int(fields[11]) + int(fields[12]) if fields else None  # utime + stime
 
 
 def _vswitchd_pid() -> int | None:
