@@ -17,10 +17,13 @@ from tests.rootnet import free_port
 
 pytestmark = pytest.mark.root
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-# tc on an OVS egress port may count a drop the captures cannot place (e.g. a frame
-# dropped before its copy reached the sender-side capture) and vice versa; allow a
-# quarter of the larger count plus a handful of packets.
-TOLERANCE = 0.25
+# How far tc's drop counter may stray from the losses the captures prove. On an OVS
+# userspace-datapath egress port the two differ both ways (DESIGN.md: tc was seen counting
+# about twice what TCP lost; OVS may also lose packets no counter sees): CI runs here gave
+# tc/captures ratios of 1.11 and 1.37. So: within a factor of two, plus a few packets,
+# and the report must state the ratio. The kernel's own retransmission count against the
+# captures' is the tight, exact cross-check.
+FACTOR = 2.0
 SLACK = 10
 
 
@@ -45,10 +48,13 @@ def test_queue_drops_and_capture_losses_agree(incast_run):
     rec = metrics["reconciliation"]
     tc, lost = rec["tc_drops"], rec["capture_losses"]
     assert tc > 20, "a 20-packet queue under a 4:1 incast must overflow"
-    assert abs(tc - lost) <= TOLERANCE * max(tc, lost) + SLACK, rec
+    assert lost / FACTOR - SLACK <= tc <= lost * FACTOR + SLACK, rec
+    summary = (incast_run / "summary.md").read_text()
+    assert f"tc counted {int(tc)} drops" in summary and "ratio" in summary, \
+        "the report must put the two counts and their ratio side by side"
     # the kernel's own count of retransmitted segments against the captures' count
     kernel = rec["kernel"]["TcpRetransSegs"]
-    assert abs(kernel - rec["capture_retrans"]) <= TOLERANCE * kernel + SLACK, rec
+    assert abs(kernel - rec["capture_retrans"]) <= 0.05 * kernel + 5, rec
     assert rec["capture_drops"] == 0, "tcpdump itself lost packets: captures untrustworthy"
 
 
