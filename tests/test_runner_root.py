@@ -79,6 +79,22 @@ def _stop(proc) -> None:
             subprocess.run(INCASTLAB + ["clean"], timeout=120, check=False)
 
 
+def _start_long_run(tmp_path: Path, run_dir: Path) -> subprocess.Popen:
+    """`incastlab run` of a long workload in its own process group, returned once its
+    workers iterate (so the fabric, controller and captures are all up)."""
+    proc = subprocess.Popen(INCASTLAB + ["run", str(_spec(tmp_path, iterations=200)), "--out",
+                                         str(run_dir), "--controller-port", str(free_port()),
+                                         "--no-report"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _wait_for(lambda: _iterating(run_dir), 120, "the first iteration")
+    except BaseException:
+        _stop(proc)
+        raise
+    return proc
+
+
 def _iterating(run_dir: Path) -> bool:
     return any('"iteration"' in p.read_text() for p in (run_dir / "workers").glob("*.jsonl")) \
         if (run_dir / "workers").exists() else False
@@ -116,13 +132,8 @@ def test_complete_run_writes_the_whole_layout(tmp_path):
 
 def test_ctrl_c_aborts_and_a_second_run_is_refused(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(INCASTLAB + ["run", str(_spec(tmp_path, iterations=200)), "--out",
-                                         str(run_dir), "--controller-port", str(free_port()),
-                                         "--no-report"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = _start_long_run(tmp_path, run_dir)
     try:
-        _wait_for(lambda: _iterating(run_dir), 120, "the first iteration")
         second = subprocess.run(INCASTLAB + ["run", str(_spec(tmp_path)), "--out",
                                              str(tmp_path / "second")],
                                 capture_output=True, text=True, timeout=60)
@@ -143,13 +154,8 @@ def test_ctrl_c_aborts_and_a_second_run_is_refused(tmp_path):
 
 def test_killed_controller_fails_the_run(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(INCASTLAB + ["run", str(_spec(tmp_path, iterations=200)), "--out",
-                                         str(run_dir), "--controller-port", str(free_port()),
-                                         "--no-report"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = _start_long_run(tmp_path, run_dir)
     try:
-        _wait_for(lambda: _iterating(run_dir), 120, "the first iteration")
         states = [json.loads(p.read_text()) for p in STATE_DIR.glob("*.json")]
         controller = [p["pid"] for s in states if s["run_dir"] == str(run_dir)
                       for p in s["processes"] if p["what"] == "controller"]
