@@ -116,6 +116,9 @@ def _df_md(df: pd.DataFrame, max_rows=20) -> str:
     for _, r in d.iterrows():
         lines.append("| " + " | ".join(_fmt(r[c], 4) if isinstance(r[c], float) else str(r[c])
                                        for c in cols) + " |")
+    if len(df) > max_rows:  # say so, as the HTML does: a cut table must not look whole
+        lines.append(f"\n({len(df) - max_rows} more rows not shown; see report.html or "
+                     "metrics.json)")
     return "\n".join(lines) + "\n"
 
 

@@ -87,3 +87,12 @@ def test_queue_summary_and_utilisation():
     u = queues.link_utilisation(pd.DataFrame(rows), ["lf1-eth1"], {"lf1-eth1": 1.0}, bin_s=0.1)
     # 3000 bytes in one 0.1 s bin = 0.24 Mbit/s = 24 % of 1 Mbit/s
     assert u["mbps"].sum() == pytest.approx(0.24) and u["utilisation"].max() == pytest.approx(0.24)
+
+
+def test_markdown_tables_say_when_they_are_cut():
+    import pandas as pd
+
+    from incastlab.analysis.render import _df_md
+
+    assert "5 more rows not shown" in _df_md(pd.DataFrame({"a": range(25)}))
+    assert "more rows" not in _df_md(pd.DataFrame({"a": range(20)}))
