@@ -40,6 +40,21 @@ def _kill_processes(processes: list[dict], grace_s: float = 2.0) -> list[str]:
     return removed
 
 
+def bridge_owner(name: str) -> str | None:
+    """The incastlab state id a bridge was created under, or None (not ours / untagged)."""
+    out = _run(["ovs-vsctl", "--timeout=5", "--if-exists", "get", "Bridge", name,
+                "external_ids:incastlab-state"])
+    owner = out.stdout.strip().strip('"')
+    return owner if out.returncode == 0 and owner else None
+
+
+def _port_of_foreign_bridge(iface: str, state: RunState) -> bool:
+    """True when iface is a port of a bridge that this state did not create."""
+    out = _run(["ovs-vsctl", "--timeout=5", "port-to-br", iface])
+    bridge = out.stdout.strip()
+    return out.returncode == 0 and bool(bridge) and bridge_owner(bridge) != state.id
+
+
 def existing_bridges() -> set[str]:
     out = _run(["ovs-vsctl", "--timeout=5", "list-br"])
     return set(out.stdout.split()) if out.returncode == 0 else set()
@@ -54,11 +69,12 @@ def clean_state(state: RunState) -> list[str]:
     removed = _kill_processes(state.data["processes"])
     bridges = existing_bridges()
     for br in state.data["bridges"]:
-        if br in bridges:
+        # a bridge of the same name that another run (or a stock `mn`) created is not ours
+        if br in bridges and bridge_owner(br) == state.id:
             _run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br])
             removed.append(f"bridge {br}")
     for name in state.data["interfaces"]:
-        if interface_exists(name):
+        if interface_exists(name) and not _port_of_foreign_bridge(name, state):
             _run(["ip", "link", "delete", name])
             removed.append(f"interface {name}")
     for ns in state.data["netns"]:
@@ -70,7 +86,8 @@ def clean_state(state: RunState) -> list[str]:
 
 def leftovers(state: RunState) -> list[str]:
     bridges = existing_bridges()
-    left = [f"bridge {b}" for b in state.data["bridges"] if b in bridges]
+    left = [f"bridge {b}" for b in state.data["bridges"]
+            if b in bridges and bridge_owner(b) == state.id]
     left += [f"interface {i}" for i in state.data["interfaces"] if interface_exists(i)]
     left += [f"process {p['pid']}" for p in state.data["processes"]
              if is_same_process(p["pid"], p["start"])]

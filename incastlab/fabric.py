@@ -126,7 +126,8 @@ class Fabric:
         setLogLevel(os.environ.get("INCASTLAB_MININET_LOG", "warning"))
         # OpenFlow 1.5 beside 1.3: only 1.5 can set a select group's selection_method,
         # so the ecmp policy can make the hash explicit (see controller/ecmp.py).
-        switch = partial(QueuedOVSSwitch, datapath=self.capabilities.datapath,
+        switch = partial(QueuedOVSSwitch, owner=self.state.id,
+                         datapath=self.capabilities.datapath,
                          protocols="OpenFlow13,OpenFlow15", failMode="secure")
         controller = partial(QuietRemoteController, ip="127.0.0.1", port=self.controller_port)
         self.net = Mininet(topo=self.topo, switch=switch, link=QueuedLink,

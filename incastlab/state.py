@@ -65,6 +65,11 @@ class RunState:
         tmp.write_text(json.dumps(self.data, indent=1))
         os.replace(tmp, self.path)
 
+    @property
+    def id(self) -> str:
+        """This record's id (its file name), also written into our bridges' external_ids."""
+        return self.path.stem
+
     def add(self, kind: str, names) -> None:
         for name in names:
             if name not in self.data[kind]:

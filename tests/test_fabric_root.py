@@ -183,3 +183,25 @@ def test_preflight_matches_independent_probes():
     netem = config.get("CONFIG_NET_SCH_NETEM") == "y" or Path("/sys/module/sch_netem").is_dir()
     assert caps.netem == netem
     assert "cubic" in caps.congestion_controls
+
+
+def test_clean_leaves_a_same_named_bridge_it_did_not_create(tmp_path, monkeypatch):
+    """A stale record naming sp1 must not delete an sp1 that someone else (say, a stock
+    `mn --custom topologies/leafspine.py`) created: only bridges tagged with the
+    record's id are ours."""
+    from incastlab.clean import clean
+    from incastlab.state import RunState
+
+    monkeypatch.setattr("incastlab.state.STATE_DIR", tmp_path)
+    subprocess.run(["ovs-vsctl", "add-br", "sp1", "--", "set", "bridge", "sp1",
+                    "datapath_type=netdev"], check=True)
+    try:
+        stale = RunState.create(str(tmp_path))
+        stale.add("bridges", ["sp1"])
+        stale.data["owner"] = {"pid": 1, "start": -1}  # a dead owner
+        stale.save()
+        removed, _ = clean()
+        assert "bridge sp1" not in removed
+        assert "sp1" in ovs_bridges()
+    finally:
+        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", "sp1"], check=True)

@@ -84,6 +84,20 @@ class QueuedOVSSwitch(OVSSwitch):
     resets the port's root qdisc (the veth goes back to ``noqueue``). So after start,
     give every port QoS type ``linux-noop`` — "leave tc alone" — and reinstall ours."""
 
+    OWNER_KEY = "incastlab-state"
+
+    def __init__(self, name, owner=None, **params):
+        """owner: an id written into the bridge's external_ids as it is created, so that
+        clean-up can tell our bridge from someone else's of the same name."""
+        OVSSwitch.__init__(self, name, **params)
+        self.owner = owner
+
+    def bridgeOpts(self):
+        opts = OVSSwitch.bridgeOpts(self)
+        if self.owner:
+            opts += f" external_ids:{self.OWNER_KEY}={self.owner}"
+        return opts
+
     def start(self, controllers):
         OVSSwitch.start(self, controllers)
         for intf in self.intfList():
