@@ -141,6 +141,18 @@ def _flow_packets(tcp, key, iface):
     return fwd, rev
 
 
+def _sender_flows(tcp: pd.DataFrame, flows: pd.DataFrame | None):
+    """(flow row, forward packets, reverse packets, _flow_state(...)) for every flow
+    that carried data at its sender's capture."""
+    flows = data_flows(tcp) if flows is None else flows
+    for f in flows.itertuples(index=False):
+        key = (f.src, f.dst, f.sport, f.dport)
+        fwd, rev = _flow_packets(tcp, key, f.sender_iface)
+        if (fwd["payload_len"] > 0).sum() == 0:
+            continue
+        yield f, fwd, rev, _flow_state(fwd, rev)
+
+
 def _flow_state(fwd: pd.DataFrame, rev: pd.DataFrame):
     """Relative sequence/ack numbers of one flow as seen at one capture point."""
     syn = fwd[(fwd["flags"] & SYN) > 0]
@@ -166,14 +178,8 @@ def retransmissions(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
     episodes: episode, flow, kind, n_rto, n_retrans, stall_start, start, end,
       duration_s (end - stall_start; NaN if never recovered in the capture).
     """
-    flows = data_flows(tcp) if flows is None else flows
     rrows, erows = [], []
-    for f in flows.itertuples(index=False):
-        key = (f.src, f.dst, f.sport, f.dport)
-        fwd, rev = _flow_packets(tcp, key, f.sender_iface)
-        if (fwd["payload_len"] > 0).sum() == 0:
-            continue
-        base, data, rel, ln, acks, ack_rel = _flow_state(fwd, rev)
+    for f, fwd, rev, (base, data, rel, ln, acks, ack_rel) in _sender_flows(tcp, flows):
         end = rel + ln
         t = data["t"].to_numpy()
         ipid = data["ip_id"].to_numpy()
@@ -393,14 +399,8 @@ def flow_summary(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
     (s), fct_s (start -> ACK covering the last byte; NaN if not seen), duration_s
     (first to last data packet), goodput_mbps (bytes*8/duration, Mbit/s).
     """
-    flows = data_flows(tcp) if flows is None else flows
     rows = []
-    for f in flows.itertuples(index=False):
-        key = (f.src, f.dst, f.sport, f.dport)
-        fwd, rev = _flow_packets(tcp, key, f.sender_iface)
-        if (fwd["payload_len"] > 0).sum() == 0:
-            continue
-        base, data, rel, ln, acks, ack_rel = _flow_state(fwd, rev)
+    for f, fwd, _rev, (_base, data, rel, ln, acks, ack_rel) in _sender_flows(tcp, flows):
         end = rel + ln
         top = int(end.max())
         t = data["t"].to_numpy()
