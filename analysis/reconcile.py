@@ -1,7 +1,16 @@
 """Put queue counters, capture-inferred losses and kernel TCP counters side by side.
 
-No single source is trusted alone. On an OVS-userspace egress port `tc -s qdisc` was
-seen to count about twice the drops TCP actually lost (DESIGN.md), captures miss what
+No single source is trusted alone. On an OVS-userspace egress port `tc -s qdisc`
+counts failed enqueue attempts, not lost packets (DESIGN.md saw about twice what TCP
+lost). Why, from OVS's lib/netdev-linux.c (netdev_linux_sock_batch_send): the datapath
+hands a port a batch of packets with sendmmsg() on an AF_PACKET socket; when the queue
+is full, the packet that fails is counted as a drop, sendmmsg returns the number sent
+before it, and OVS calls it again from that packet: if the queue is still full it is
+counted a second time and the rest of the batch is discarded uncounted; if a slot freed
+meanwhile it is delivered after having been counted. So one lost packet may count 0, 1
+or 2 tc drops and a delivered one 0 or 1: tc runs high when most losses are the first
+packet of a retry, low when whole batch tails are discarded (this project saw
+0.44-1.52 x the captures' losses). Captures miss what
 tcpdump itself dropped, and kernel counters include retransmissions the captures
 explain differently (tail-loss probes resend data that was not lost; spurious
 retransmissions resend data that arrived). The tables here show every source and the
@@ -282,15 +291,17 @@ def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
         msg = (f"tc counted {tc_drops:.0f} drops, the captures show {cap_losses} packets "
                f"lost (ratio {ratio:.2f}).")
         if ratio > 1.3 and manifest.get("datapath") == "user":
-            msg += (" On the OVS userspace datapath tc was seen to count about twice the "
-                    "drops TCP actually lost; trust the captures for packets lost.")
+            msg += (" On the OVS userspace datapath tc counts failed enqueue attempts, and "
+                    "OVS retries a failed packet once (counted twice if it fails again); "
+                    "trust the captures for packets lost.")
         elif ratio > 1.3:
             msg += (" More tc drops than captured losses: flows through these ports may not "
                     "have been captured at both ends.")
         elif ratio < 0.77:
             msg += (" Fewer tc drops than captured losses: packets were lost where no queue "
-                    "counts them (e.g. an overloaded OVS userspace datapath, or tcpdump "
-                    "drops at the receiver-side capture).")
+                    "counts them (the OVS userspace datapath discards the rest of a batch, "
+                    "uncounted, when a send to a full queue fails twice; an overloaded "
+                    "datapath; or tcpdump drops at the receiver-side capture).")
             cpu = manifest.get("cpu") if isinstance(manifest.get("cpu"), dict) else {}
             if cpu.get("saturated"):
                 msg += (" The CPU was saturated during this run, and the userspace datapath "

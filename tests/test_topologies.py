@@ -87,6 +87,30 @@ def test_tc_commands_shape_and_limit():
     assert tc_commands("x", 5, 30, "2ms")[2][-5:] == ["netem", "delay", "2ms", "limit", "30"]
 
 
+def test_tc_commands_hosts_serve_small_packets_first():
+    cmds = tc_commands("h1-eth0", 20.0, 1000, None, small_first=True)
+    assert cmds[0][-4:] == ["1:", "htb", "default", "20"]  # unclassified = bulk
+    root = next(c for c in cmds if "classid" in c and c[c.index("classid") + 1] == "1:1")
+    assert root[root.index("rate") + 1] == "20mbit"  # the link rate is unchanged
+    by_id = {c[c.index("classid") + 1]: c for c in cmds if "classid" in c}
+    assert by_id["1:30"][-2:] == ["prio", "0"] and by_id["1:20"][-2:] == ["prio", "1"]
+    assert by_id["1:30"][by_id["1:30"].index("ceil") + 1] == "20mbit"
+    assert by_id["1:20"][by_id["1:20"].index("ceil") + 1] == "20mbit"
+    qdiscs = {c[c.index("handle") + 1]: c for c in cmds if c[1] == "qdisc" and "parent" in c}
+    assert qdiscs["10:"][-3:] == ["pfifo", "limit", "1000"]  # bulk stays the sampled 10:
+    assert qdiscs["10:"][qdiscs["10:"].index("parent") + 1] == "1:20"
+    assert qdiscs["30:"][qdiscs["30:"].index("parent") + 1] == "1:30"
+    (flt,) = [c for c in cmds if c[1] == "filter"]
+    # IP total length (offset 2) < 128: the top 9 bits of the 16-bit field are zero
+    assert flt[flt.index("u32"):] == ["u32", "match", "u16", "0x0000", "0xff80", "at", "2",
+                                      "flowid", "1:30"]
+    delayed = tc_commands("h1-eth0", 20.0, 1000, "2ms", small_first=True)
+    netems = [c for c in delayed if "netem" in c]
+    assert len(netems) == 2  # small packets skip the bulk queue, never the delay
+    assert tc_commands("lf1-eth1", 20.0, 20, None) == \
+        tc_commands("lf1-eth1", 20.0, 20, None, small_first=False)
+
+
 def test_stock_mininet_can_load_the_custom_file():
     """`mn --custom topologies/leafspine.py --topo leafspine,2,4,2` execs the file
     without incastlab on the path; emulate exactly that with the system Python."""
