@@ -29,7 +29,14 @@ In fabric mode every job is watched by incastlab.capture.cpu.CpuMonitor: a resul
 job kept ovs-vswitchd (the single-threaded userspace datapath) at 90% of a core or more
 is flagged "datapath at its CPU ceiling": the CPU, not only the emulated links, may have
 set the time (here the N-rank ring jobs at 50 Mbit/s: N x 50 Mbit/s of host traffic,
-cross-leaf flows over 3 bridges each; N = 8 then varies from run to run, 1.16-1.36 x).
+cross-leaf flows over 3 bridges each; they are flagged, yet reached 1.07 x (N = 4) and
+1.09-1.10 x (N = 8), so the datapath was busy rather than the limit).
+
+The target (issue 4): our ring at 90 % of the bound or better, i.e. ratio <= 1/0.9. In
+fabric mode a last line says, per N, whether it was met. (TCP/IPv4/Ethernet headers
+alone make 1514 + 24 wire bytes carry 1448 payload bytes, so 1.062 x is the best a
+full-size-segment flow can do against a bound that counts payload only; HTB shapes
+whole frames without the 24 bytes of preamble and gap, so here it is 1.046 x.)
 
 Prints one line per measurement, then one JSON line with everything.
 """
@@ -47,6 +54,7 @@ from typing import Any, Callable, ContextManager, Protocol
 
 MIB = 1 << 20
 CHILD = Path(__file__).resolve()
+TARGET_EFFICIENCY = 0.90  # the ring at 90 % of 2 (N-1)/N x M / B or better
 
 
 # ----------------------------------------------------------------------------- children
@@ -313,8 +321,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{r.median_s * 1e3:9.2f} ms, bound {r.bound_s * 1e3:9.2f} ms, "
               f"ratio {r.ratio:8.4f}, effective {r.effective_mbps(args.bandwidth_mbps):10.1f} "
               f"Mbit/s" + _cpu_note(r.cpu))
+    # On loopback the bound uses a rate the links do not have: no verdict there.
+    met = None if args.loopback else {
+        str(r.n): r.bound_s / r.median_s >= TARGET_EFFICIENCY
+        for r in results if r.algo == "ring"}
+    if met is not None:
+        print(f"target: ring at >= {TARGET_EFFICIENCY:.0%} of the bound: " + "; ".join(
+            f"N={n} {'met' if ok else 'NOT met'}" for n, ok in met.items()))
     print(json.dumps({"benchmark": "allreduce_efficiency",
                       "mode": "loopback" if args.loopback else "fabric",
+                      "target_efficiency": TARGET_EFFICIENCY, "ring_target_met": met,
                       "bandwidth_mbps": args.bandwidth_mbps, "size_bytes": args.size_bytes,
                       "reps": args.reps,
                       "results": [r.as_dict(args.bandwidth_mbps) for r in results]}))
