@@ -1,13 +1,17 @@
 """Remove what crashed runs of ours left behind (``incastlab clean``), like ``mn -c``
 but only ours: the bridges, interfaces, namespaces and processes recorded in our state
-files (see incastlab.state). Idempotent; repeats until nothing recorded remains."""
+files (see incastlab.state), and preflight's probe namespaces whose creator died (the
+name carries its pid and start time). Idempotent; repeats until nothing recorded
+remains."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
 
+from incastlab.preflight import PROBE_NETNS_PREFIX
 from incastlab.state import RunState, all_states, is_same_process
 
 
@@ -94,6 +98,21 @@ def leftovers(state: RunState) -> list[str]:
     return left
 
 
+def orphan_probe_namespaces() -> list[str]:
+    """Preflight's netem-probe namespaces whose creator (pid and start time in the name,
+    see incastlab.preflight.probe_netns_name) is gone: a probe cut short by SIGKILL."""
+    try:
+        names = os.listdir("/run/netns")
+    except OSError:
+        return []
+    orphans = []
+    for name in names:
+        m = re.fullmatch(re.escape(PROBE_NETNS_PREFIX) + r"(\d+)-(\d+)", name)
+        if m and not is_same_process(int(m.group(1)), int(m.group(2))):
+            orphans.append(name)
+    return orphans
+
+
 def clean(include_live: bool = False, attempts: int = 3) -> tuple[list[str], list[str]]:
     """Clean every state whose owner is dead (or all, with include_live).
 
@@ -110,4 +129,7 @@ def clean(include_live: bool = False, attempts: int = 3) -> tuple[list[str], lis
             if not leftovers(state):
                 state.remove()
                 break
+    for ns in orphan_probe_namespaces():
+        _run(["ip", "netns", "delete", ns])
+        removed.append(f"namespace {ns}")
     return removed, skipped

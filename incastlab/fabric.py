@@ -63,12 +63,15 @@ class Fabric:
     run_dir: where fabric.json, controller.log and the controller's CSVs go (a
     temporary directory is made if None). congestion_control: every host's TCP CC.
     ready_timeout: seconds allowed for switches, routes and reachability.
+    capabilities: the result of a preflight the caller has just run (the runner's
+    check_ready); without it the fabric runs its own.
     """
 
     def __init__(self, topo, policy: str = "single", run_dir: str | os.PathLike | None = None,
                  controller_port: int = DEFAULT_CONTROLLER_PORT,
                  congestion_control: str = "cubic", policy_args: list[str] | None = None,
-                 ready_timeout: float = 60.0, check_reachability: bool = True):
+                 ready_timeout: float = 60.0, check_reachability: bool = True,
+                 capabilities: Capabilities | None = None):
         self.topo = topo
         self.policy = policy
         self.run_dir = Path(run_dir) if run_dir else None
@@ -77,7 +80,7 @@ class Fabric:
         self.policy_args = list(policy_args or [])
         self.ready_timeout = ready_timeout
         self.check_reachability = check_reachability
-        self.capabilities: Capabilities | None = None
+        self.capabilities: Capabilities | None = capabilities
         self.net: Mininet | None = None
         self.controller: subprocess.Popen | None = None
         self.state: RunState | None = None
@@ -101,9 +104,10 @@ class Fabric:
         self.stop()
 
     def start(self) -> None:
-        self.capabilities = run_preflight(
-            controller_port=self.controller_port, need_netem=bool(self.topo.delay),
-            congestion_control=self.congestion_control, lock=self.lock)
+        if self.capabilities is None:
+            self.capabilities = run_preflight(
+                controller_port=self.controller_port, need_netem=bool(self.topo.delay),
+                congestion_control=self.congestion_control, lock=self.lock)
         self.lock.acquire(str(self.run_dir) if self.run_dir else None)
         # Holding the lock, any other recorded fabric belongs to a run that died without
         # tearing down (SIGKILL, power loss): remove its leftovers before they collide.

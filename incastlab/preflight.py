@@ -11,7 +11,8 @@ import os
 import shutil
 import socket
 import subprocess
-import uuid
+
+from incastlab.state import process_start_time
 
 REQUIRED_TOOLS = {
     "ovs-vsctl": "openvswitch-switch", "ovs-ofctl": "openvswitch-switch",
@@ -72,10 +73,19 @@ def kernel_datapath_usable() -> bool:
     return os.path.isdir("/sys/module/openvswitch")
 
 
+PROBE_NETNS_PREFIX = "incastlab-probe-"
+
+
+def probe_netns_name(pid: int, start: int | None) -> str:
+    """The probe namespace of process ``pid`` (started at ``start`` clock ticks): the
+    name says whose it is, so clean-up can remove one whose creator died mid-probe."""
+    return f"{PROBE_NETNS_PREFIX}{pid}-{start}"
+
+
 def netem_available() -> bool:
     """Probe netem on a veth inside a throwaway namespace of our own (veth, because
     Mininet needs it anyway; some kernels here lack the dummy driver)."""
-    ns = f"incastlab-probe-{uuid.uuid4().hex[:8]}"
+    ns = probe_netns_name(os.getpid(), process_start_time(os.getpid()))
     if _quiet(["ip", "netns", "add", ns]).returncode != 0:
         return False
     try:

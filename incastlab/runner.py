@@ -8,6 +8,7 @@ is kept. A run that is not complete is reported as such, never as if complete.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import signal
@@ -91,7 +92,7 @@ def run_experiment(spec: Spec, run_dir: Path, controller_port: int = DEFAULT_CON
     old_term = signal.signal(signal.SIGTERM, _terminated)
     status, reason = "complete", None
     try:
-        _run(spec, run_dir, controller_port, manifest, progress)
+        _run(spec, run_dir, controller_port, manifest, progress, caps)
     except Terminated:
         status, reason = "aborted", "stopped by SIGTERM"
     except KeyboardInterrupt:
@@ -112,13 +113,17 @@ def _terminated(signum, _frame):
     raise Terminated(f"signal {signum}")
 
 
-def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Progress):
+def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Progress,
+         caps=None):
     deadline = time.monotonic() + spec.run.duration_limit_s
     topo = spec.make_topology()
     progress.phase("fabric and controller coming up")
     fab = Fabric(topo, policy=spec.routing.policy, run_dir=run_dir, controller_port=port,
                  congestion_control=spec.topology.congestion_control,
-                 policy_args=policy_args(spec), ready_timeout=spec.run.phase_timeout_s)
+                 policy_args=policy_args(spec), ready_timeout=spec.run.phase_timeout_s,
+                 # check_ready's preflight, not a second one (a copy: the fabric adds notices)
+                 capabilities=dataclasses.replace(caps, notices=list(caps.notices))
+                 if caps else None)
     with fab:
         fmap = json.loads((run_dir / "fabric.json").read_text())
         manifest.update(datapath=fab.capabilities.datapath, netem=fab.capabilities.netem,

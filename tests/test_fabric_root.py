@@ -217,6 +217,32 @@ def test_clean_removes_a_crashed_runs_leftovers(tmp_path):
     _assert_nothing_left(pids)
 
 
+def test_clean_removes_a_probe_namespace_whose_creator_died():
+    """Preflight's netem probe makes a namespace named after its process; one left by a
+    process killed mid-probe is removed, one whose creator still lives is not."""
+    from incastlab.clean import clean
+    from incastlab.preflight import probe_netns_name
+    from incastlab.state import process_start_time
+
+    dead = subprocess.Popen(["sleep", "30"])
+    dead_name = probe_netns_name(dead.pid, process_start_time(dead.pid))
+    dead.kill()
+    dead.wait()
+    live_name = probe_netns_name(os.getpid(), process_start_time(os.getpid()))
+    for name in (dead_name, live_name):
+        subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        removed, _ = clean()
+        assert f"namespace {dead_name}" in removed
+        assert not Path(f"/run/netns/{dead_name}").exists()
+        assert Path(f"/run/netns/{live_name}").exists()
+    finally:
+        for name in (dead_name, live_name):
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+    run_preflight(controller_port=None)  # its own probe leaves nothing behind
+    assert not [n for n in os.listdir("/run/netns") if n.startswith("incastlab-probe-")]
+
+
 def _kernel_config() -> dict[str, str]:
     """The running kernel's build options, where /proc/config.gz exposes them."""
     import gzip

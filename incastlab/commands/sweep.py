@@ -46,10 +46,8 @@ def sweep(args, spec=None) -> int:
     except SpecError as exc:
         print(f"incastlab sweep: invalid spec\n{exc}", file=sys.stderr)
         return 2
-    caps = None
     for _label, point in points:  # every point is checked before the first run starts
-        caps = common.ready(point, args)
-        if caps is None:
+        if common.ready(point, args) is None:
             return 1
     if args.resume and not args.out:
         print("incastlab sweep: --resume needs --out DIR (the sweep directory to resume)",
@@ -74,6 +72,10 @@ def sweep(args, spec=None) -> int:
             kept = run_dir.with_name(f"{label}.incomplete-{time.strftime('%H%M%S')}")
             run_dir.rename(kept)
             print(f"[{n}/{len(points)}] {label}: earlier incomplete attempt kept as {kept.name}")
+        caps = common.ready(point, args)  # the machine may have changed since the start
+        if caps is None:
+            print(f"sweep stopped before {label}; continue it with --resume --out {base}")
+            return 1
         run_dir.mkdir()
         print(f"[{n}/{len(points)}] {label}: running")
         status = common.execute(point, run_dir, args, caps)
