@@ -8,7 +8,10 @@ intervals apart form one episode. An episode runs from its first to its last hot
 (so durations are quantised to the sampling interval, which is added once). Senders are
 the distinct source hosts of flows whose path crosses the port and that sent data in the
 episode; RTOs are RTO firings of those flows whose silence began inside the episode.
-An episode with two or more senders is flagged `incast`.
+`fan_in` is the largest number of those senders whose flows went to one and the same
+receiver. An episode is flagged `incast` when fan_in >= 2: many-to-one traffic filled
+the queue. Two senders to two different receivers sharing an uplink (a ring's cross-leaf
+flows, an ECMP collision) make a congested queue, not incast.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from .queues import path_ports, port_roles, queue_deltas
 from .rundir import host_by_ip, spine_lookup
 
 COLUMNS = ["iface", "start", "end", "duration_s", "max_backlog_pkts", "limit_pkts", "drops",
-           "n_senders", "senders", "n_flows", "rtos", "incast"]
+           "n_senders", "senders", "fan_in", "n_flows", "rtos", "incast"]
 
 
 def incast_episodes(queues: pd.DataFrame, fabric: dict | None = None,
@@ -59,11 +62,11 @@ def incast_episodes(queues: pd.DataFrame, fabric: dict | None = None,
             row = {"iface": iface, "start": t0, "end": t1, "duration_s": t1 - t0 + step,
                    "max_backlog_pkts": float(win["backlog_pkts"].max()), "limit_pkts": limit,
                    "drops": float(win["d_drops"].sum()), "n_senders": np.nan, "senders": "",
-                   "n_flows": np.nan, "rtos": np.nan}
+                   "fan_in": np.nan, "n_flows": np.nan, "rtos": np.nan}
             if data is not None and ip_host:
                 lo, hi = np.searchsorted(data["t"].to_numpy(), [t0 - step, t1])
                 active = data.iloc[lo:hi].drop_duplicates(["src", "dst", "sport", "dport"])
-                flows, senders = [], set()
+                flows, senders, senders_to = [], set(), {}
                 for f in active.itertuples(index=False):
                     src, dst = ip_to_str(f.src), ip_to_str(f.dst)
                     sh, dh = ip_host.get(src), ip_host.get(dst)
@@ -71,8 +74,10 @@ def incast_episodes(queues: pd.DataFrame, fabric: dict | None = None,
                     if sh and dh and iface in path_ports(fabric, sh, dh, spine):
                         flows.append((f.src, f.dst, f.sport, f.dport))
                         senders.add(sh)
+                        senders_to.setdefault(dh, set()).add(sh)
                 row["n_senders"] = len(senders)
                 row["senders"] = ",".join(sorted(senders))
+                row["fan_in"] = max((len(v) for v in senders_to.values()), default=0)
                 row["n_flows"] = len(flows)
                 if retrans is not None:
                     rto = retrans[retrans["event"] & (retrans["kind"] == "rto")]
@@ -83,5 +88,5 @@ def incast_episodes(queues: pd.DataFrame, fabric: dict | None = None,
                                        & np.array(mine, bool)).sum()) if len(rto) else 0
             rows.append(row)
     out = pd.DataFrame(rows, columns=COLUMNS)
-    out["incast"] = out["n_senders"] >= 2
+    out["incast"] = out["fan_in"] >= 2
     return out.sort_values("start", kind="stable").reset_index(drop=True)

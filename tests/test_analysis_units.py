@@ -79,6 +79,27 @@ def test_episodes_without_fabric_or_captures():
     assert math.isnan(e["n_senders"].iloc[0]) and not e["incast"].any()
 
 
+@pytest.mark.parametrize("receivers, incast", [(("h3", "h3"), True), (("h3", "h4"), False)])
+def test_incast_means_many_senders_to_one_receiver(tmp_path, receivers, incast):
+    """Two senders fill leaf 1's uplink: incast only if both send to the same host."""
+    from incastlab.analysis.pcap import ip_to_int
+    from incastlab.topologies.leafspine import LeafSpineTopo, fabric_map
+
+    (tmp_path / "fabric.json").write_text(json.dumps(fabric_map(LeafSpineTopo(2, 2, 2))))
+    fabric = rundir.load_fabric(tmp_path)
+    uplink = queues.egress_iface(fabric, "lf1", "sp1")
+    rows = _q(uplink, [0, 10, 10, 0], [0, 0, 2, 2])
+    ip = {h: ip_to_int(v["ip"]) for h, v in fabric["hosts"].items()}
+    tcp = pd.DataFrame([{"t": T0 + 0.01 + k * 0.001, "src": ip[src], "dst": ip[dst],
+                         "sport": 40000 + n, "dport": 5201, "payload_len": 1448}
+                        for n, (src, dst) in enumerate(zip(("h1", "h2"), receivers, strict=True))
+                        for k in range(5)])
+    e = episodes.incast_episodes(pd.DataFrame(rows), fabric, tcp)
+    assert len(e) == 1 and e.iloc[0]["n_senders"] == 2 and e.iloc[0]["senders"] == "h1,h2"
+    assert e.iloc[0]["fan_in"] == (2 if incast else 1)
+    assert bool(e.iloc[0]["incast"]) is incast
+
+
 def test_queue_summary_and_utilisation():
     rows = _q("lf1-eth1", [0, 1, 2, 3], [0, 1, 1, 2]) + _q("lf1-eth2", [0, 0, 0, 0], [0] * 4)
     qs = queues.queue_summary(pd.DataFrame(rows))
