@@ -26,16 +26,15 @@ import time
 from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.rootnet helpers
+from mininet.log import setLogLevel
+from mininet.net import Mininet
+from mininet.node import OVSSwitch
 
-from mininet.log import setLogLevel  # noqa: E402
-from mininet.net import Mininet  # noqa: E402
-from mininet.node import OVSSwitch  # noqa: E402
-
-from incastlab.fabric import Fabric  # noqa: E402
-from incastlab.preflight import run_preflight  # noqa: E402
-from incastlab.topologies.leafspine import LeafSpineTopo  # noqa: E402
-from tests.rootnet import free_port, iperf3_pair, iperf3_result  # noqa: E402
+from incastlab import iperf
+from incastlab.apps.local import free_port
+from incastlab.fabric import Fabric
+from incastlab.preflight import run_preflight
+from incastlab.topologies.leafspine import LeafSpineTopo
 
 GOODPUT_CEILING = 1448 / 1514
 
@@ -44,9 +43,9 @@ def measure_rates(rate: float, flows: int, seconds: float, tmp: Path) -> list[fl
     topo = LeafSpineTopo(2, 2, 4, host_bw=rate, fabric_bw=4 * rate, queue_packets=100)
     with Fabric(topo, policy="spread", run_dir=tmp / f"rate-{rate:g}-{flows}",
                 controller_port=free_port()) as fab:
-        pairs = [iperf3_pair(fab, f"h{i}", f"h{4 + i}", seconds, port=5201 + i)
+        pairs = [iperf.pair(fab, f"h{i}", f"h{4 + i}", seconds, port=5201 + i)
                  for i in range(1, flows + 1)]
-        results = [iperf3_result(cli, timeout=seconds + 30) for _srv, cli in pairs]
+        results = [iperf.result(cli, timeout=seconds + 30) for _srv, cli in pairs]
     return [r["end"]["sum_received"]["bits_per_second"] / 1e6 for r in results]
 
 

@@ -27,14 +27,14 @@ import json
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from incastlab import iperf
+from incastlab.apps.local import free_port
 from incastlab.controller.registry import POLICIES
 
 
@@ -61,12 +61,6 @@ def parse_args(argv=None):
     if args.repeats < 1 or args.seconds <= 0:
         p.error("--repeats must be >= 1 and --seconds > 0")
     return args
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spine_tx_bytes(spines: list[str]) -> dict[str, int]:
@@ -96,29 +90,15 @@ def one_run(fab, pairs, flows: int, port: int, seconds: float) -> dict:
     servers, clients = [], []
     try:
         for (_, dst), streams in zip(pairs, per_client, strict=True):
-            if streams:
-                servers.append(fab.popen(dst, ["iperf3", "-s", "-1", "-p", str(port)],
-                                         f"iperf3 -s {dst}", stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL))
-        deadline = time.monotonic() + 5
-        for (_, dst), streams in zip(pairs, per_client, strict=True):
-            while streams and time.monotonic() < deadline and str(port) not in \
-                    fab.net[dst].cmd(f"ss -ltnH 'sport = :{port}'"):
-                time.sleep(0.05)
+            if streams:  # every server listens before any traffic is counted
+                servers.append(iperf.start_server(fab, dst, port))
         before = spine_tx_bytes(spines)
         for (src, dst), streams in zip(pairs, per_client, strict=True):
             if streams:
-                clients.append(fab.popen(
-                    src, ["iperf3", "-c", fab.net[dst].IP(), "-p", str(port), "-J",
-                          "-t", f"{seconds:g}", "-P", str(streams)],
-                    f"iperf3 -c {src}", stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-        goodput = 0.0
-        for proc in clients:
-            out, err = proc.communicate(timeout=seconds + 30)
-            report = json.loads(out)
-            if "error" in report:
-                raise RuntimeError(f"iperf3: {report['error']}")
-            goodput += report["end"]["sum_received"]["bits_per_second"] / 1e6
+                clients.append(iperf.start_client(fab, src, dst, seconds, port,
+                                                  extra=["-P", str(streams)]))
+        goodput = sum(iperf.result(proc, timeout=seconds + 30)["end"]["sum_received"]
+                      ["bits_per_second"] / 1e6 for proc in clients)
         moved = {k: v - before[k] for k, v in spine_tx_bytes(spines).items()}
     finally:
         for proc in [*clients, *servers]:
