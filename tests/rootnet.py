@@ -6,7 +6,8 @@ import subprocess
 from incastlab import iperf
 from incastlab.apps.local import free_port
 
-__all__ = ["free_port", "iperf3_pair", "iperf3_result", "ovs_bridges"]
+__all__ = ["free_port", "iperf3_pair", "iperf3_result", "ovs_bridges", "relative_seq",
+           "overtaken_segments"]
 
 iperf3_pair = iperf.pair
 iperf3_result = iperf.result
@@ -15,3 +16,28 @@ iperf3_result = iperf.result
 def ovs_bridges() -> set[str]:
     out = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True, check=True)
     return set(out.stdout.split())
+
+
+def relative_seq(seq, base: int):
+    """TCP sequence numbers relative to ``base``, correct across a 2**32 wrap."""
+    import numpy as np
+
+    return (seq.astype(np.int64) - base + 2**31) % 2**32 - 2**31
+
+
+def overtaken_segments(segments) -> int:
+    """Data segments (capture rows of one sender, any flows) that left carrying bytes
+    below what their flow had already sent, where no earlier segment had carried that
+    byte: originals that something overtook. (Retransmissions, also re-cut ones, start
+    inside an earlier segment.) A host that reorders a flow's own data makes these."""
+    import numpy as np
+
+    count = 0
+    for _key, flow in segments[segments.payload_len > 0].groupby(["sport", "dport"]):
+        start = relative_seq(flow.seq.values, int(flow.seq.iloc[0]))
+        end = start + flow.payload_len.to_numpy()
+        sent_before = np.concatenate([[start[0]], np.maximum.accumulate(end)[:-1]])
+        for i in np.flatnonzero(start < sent_before):  # starts below what was already sent
+            if not ((start[:i] <= start[i]) & (end[:i] > start[i])).any():
+                count += 1
+    return count

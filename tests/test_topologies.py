@@ -7,7 +7,7 @@ import pytest
 
 from incastlab.topologies import naming
 from incastlab.topologies.leafspine import LeafSpineTopo, StarTopo, TopologyError
-from incastlab.topologies.links import tc_commands
+from incastlab.topologies.links import ack_filter_bytecode, tc_commands
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,12 +87,12 @@ def test_tc_commands_shape_and_limit():
     assert tc_commands("x", 5, 30, "2ms")[2][-5:] == ["netem", "delay", "2ms", "limit", "30"]
 
 
-def test_tc_commands_hosts_serve_small_packets_first():
-    cmds = tc_commands("h1-eth0", 20.0, 1000, None, small_first=True)
+def test_tc_commands_hosts_serve_pure_acks_first():
+    cmds = tc_commands("h1-eth0", 20.0, 1000, None, ack_filter="1,6 0 0 0")
     assert cmds[0][-4:] == ["1:", "htb", "default", "20"]  # unclassified = bulk
     root = next(c for c in cmds if "classid" in c and c[c.index("classid") + 1] == "1:1")
     assert root[root.index("rate") + 1] == "20mbit"  # the link rate is unchanged
-    by_id = {c[c.index("classid") + 1]: c for c in cmds if "classid" in c}
+    by_id = {c[c.index("classid") + 1]: c for c in cmds if "classid" in c and c[1] == "class"}
     assert by_id["1:30"][-2:] == ["prio", "0"] and by_id["1:20"][-2:] == ["prio", "1"]
     assert by_id["1:30"][by_id["1:30"].index("ceil") + 1] == "20mbit"
     assert by_id["1:20"][by_id["1:20"].index("ceil") + 1] == "20mbit"
@@ -101,14 +101,23 @@ def test_tc_commands_hosts_serve_small_packets_first():
     assert qdiscs["10:"][qdiscs["10:"].index("parent") + 1] == "1:20"
     assert qdiscs["30:"][qdiscs["30:"].index("parent") + 1] == "1:30"
     (flt,) = [c for c in cmds if c[1] == "filter"]
-    # IP total length (offset 2) < 128: the top 9 bits of the 16-bit field are zero
-    assert flt[flt.index("u32"):] == ["u32", "match", "u16", "0x0000", "0xff80", "at", "2",
-                                      "flowid", "1:30"]
-    delayed = tc_commands("h1-eth0", 20.0, 1000, "2ms", small_first=True)
+    assert flt[flt.index("bpf"):] == ["bpf", "bytecode", "1,6 0 0 0", "classid", "1:30"]
+    delayed = tc_commands("h1-eth0", 20.0, 1000, "2ms", ack_filter="1,6 0 0 0")
     netems = [c for c in delayed if "netem" in c]
-    assert len(netems) == 2  # small packets skip the bulk queue, never the delay
+    assert len(netems) == 2  # ACKs skip the bulk queue, never the delay
     assert tc_commands("lf1-eth1", 20.0, 20, None) == \
-        tc_commands("lf1-eth1", 20.0, 20, None, small_first=False)
+        tc_commands("lf1-eth1", 20.0, 20, None, ack_filter=None)
+    assert not [c for c in tc_commands("lf1-eth1", 20.0, 20, None) if c[1] == "filter"]
+
+
+def test_ack_filter_bytecode_takes_tcpdump_ddd():
+    # tcpdump's match returns the snap length; cls_bpf needs -1 ("use my classid")
+    assert ack_filter_bytecode("4\n40 0 0 12\n21 0 1 2048\n6 0 0 262144\n6 0 0 0\n") == \
+        "4,40 0 0 12,21 0 1 2048,6 0 0 4294967295,6 0 0 0"
+    with pytest.raises(ValueError):
+        ack_filter_bytecode("tcpdump: lo: You don't have permission")
+    with pytest.raises(ValueError):
+        ack_filter_bytecode("5\n6 0 0 0\n")  # count and lines disagree
 
 
 def test_stock_mininet_can_load_the_custom_file():
