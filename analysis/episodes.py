@@ -31,7 +31,7 @@ def incast_episodes(queues: pd.DataFrame, fabric: dict | None = None,
                     flow_paths: pd.DataFrame | None = None, full_frac: float = 0.9
                     ) -> pd.DataFrame:
     """Episodes of full queues, one row each (see module docstring). Times in seconds,
-    sizes in packets. n_senders/n_flows/rtos are NaN when no captures can tell."""
+    sizes in packets. n_senders/fan_in/n_flows/rtos are NaN when no captures can tell."""
     if queues.empty:
         return pd.DataFrame(columns=COLUMNS)
     fabric = fabric or {}

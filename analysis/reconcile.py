@@ -7,10 +7,11 @@ hands a port a batch of packets with sendmmsg() on an AF_PACKET socket; when the
 is full, the packet that fails is counted as a drop, sendmmsg returns the number sent
 before it, and OVS calls it again from that packet: if the queue is still full it is
 counted a second time and the rest of the batch is discarded uncounted; if a slot freed
-meanwhile it is delivered after having been counted. So one lost packet may count 0, 1
-or 2 tc drops and a delivered one 0 or 1: tc runs high when most losses are the first
-packet of a retry, low when whole batch tails are discarded (this project saw
-0.44-1.52 x the captures' losses). Captures miss what
+meanwhile it is delivered after having been counted. (A packet refused as the first of a
+call makes sendmmsg fail outright: counted once, the rest discarded uncounted.) So one
+lost packet may count 0, 1 or 2 tc drops and a delivered one 0 or 1: tc runs high when
+most losses are the first packet of a retry, low when whole batch tails are discarded
+(this project saw 0.44-1.52 x the captures' losses). Captures miss what
 tcpdump itself dropped, and kernel counters include retransmissions the captures
 explain differently (tail-loss probes resend data that was not lost; spurious
 retransmissions resend data that arrived). The tables here show every source and the
@@ -292,7 +293,8 @@ def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
                f"lost (ratio {ratio:.2f}).")
         if ratio > 1.3 and manifest.get("datapath") == "user":
             msg += (" On the OVS userspace datapath tc counts failed enqueue attempts, and "
-                    "OVS retries a failed packet once (counted twice if it fails again); "
+                    "OVS retries a refused packet once unless it was the first of its send "
+                    "call (counted twice if refused again); "
                     "trust the captures for packets lost.")
         elif ratio > 1.3:
             msg += (" More tc drops than captured losses: flows through these ports may not "

@@ -57,8 +57,9 @@ def ring_allreduce(tensor: torch.Tensor, rank: int, world: int, timeout: float,
     fabric crosses the same queues as the data, and each step waits for the slowest of
     the N flows. Measured in the leaf-spine fabric (benchmarks/allreduce_efficiency.py,
     M = 4 MiB, N = 4, 20 Mbit/s; pcaps showed 50-200 ms of idle link before most steps):
-    lockstep 1.53 x the bound, pipelined 1.13 x; with hosts that send their pure ACKs
-    ahead of their own data (topologies/links.py) 1.07 x at 50 Mbit/s. Bytes and
+    lockstep 1.53 x the bound, pipelined 1.13 x. (Later, at 50 Mbit/s, pipelined: 1.11-1.31
+    x with one host FIFO, 1.07 x once hosts sent their pure ACKs ahead of their own data,
+    see topologies/links.py.) Bytes and
     summation order are unchanged: every rank sends exactly the same 2 (N-1) chunks (now
     in slices) and each element's sum is formed in the same ring order, once, then
     copied, so every rank ends with bit-identical results.

@@ -33,10 +33,11 @@ cross-leaf flows over 3 bridges each; they are flagged, yet reached 1.07 x (N = 
 1.09-1.10 x (N = 8), so the datapath was busy rather than the limit).
 
 The target (issue 4): our ring at 90 % of the bound or better, i.e. ratio <= 1/0.9. In
-fabric mode a last line says, per N, whether it was met. (TCP/IPv4/Ethernet headers
-alone make 1514 + 24 wire bytes carry 1448 payload bytes, so 1.062 x is the best a
-full-size-segment flow can do against a bound that counts payload only; HTB shapes
-whole frames without the 24 bytes of preamble and gap, so here it is 1.046 x.)
+fabric mode the line before the JSON says, per N, whether it was met. (The bound counts
+payload only. HTB shapes 1514-byte frames carrying 1448 payload bytes - it does not
+count the wire's preamble, FCS and gap - so a bulk flow can reach 1.046 x; a ring host's
+link also carries the ACKs of its incoming flow, one 66-byte frame per two segments, so
+the ring's floor is about 1.068 x.)
 
 Prints one line per measurement, then one JSON line with everything.
 """

@@ -107,7 +107,7 @@ def orphan_probe_namespaces() -> list[str]:
         return []
     orphans = []
     for name in names:
-        m = re.fullmatch(re.escape(PROBE_NETNS_PREFIX) + r"(\d+)-(\d+)", name)
+        m = re.fullmatch(re.escape(PROBE_NETNS_PREFIX) + r"(\d+)-(\d+)-\d+", name)
         if m and not is_same_process(int(m.group(1)), int(m.group(2))):
             orphans.append(name)
     return orphans
@@ -130,6 +130,6 @@ def clean(include_live: bool = False, attempts: int = 3) -> tuple[list[str], lis
                 state.remove()
                 break
     for ns in orphan_probe_namespaces():
-        _run(["ip", "netns", "delete", ns])
-        removed.append(f"namespace {ns}")
+        if _run(["ip", "netns", "delete", ns]).returncode == 0:
+            removed.append(f"namespace {ns}")
     return removed, skipped

@@ -7,6 +7,7 @@ the run's manifest.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import shutil
 import socket
@@ -74,18 +75,20 @@ def kernel_datapath_usable() -> bool:
 
 
 PROBE_NETNS_PREFIX = "incastlab-probe-"
+_probe_counter = itertools.count()
 
 
-def probe_netns_name(pid: int, start: int | None) -> str:
-    """The probe namespace of process ``pid`` (started at ``start`` clock ticks): the
-    name says whose it is, so clean-up can remove one whose creator died mid-probe."""
-    return f"{PROBE_NETNS_PREFIX}{pid}-{start}"
+def probe_netns_name(pid: int, start: int | None, n: int) -> str:
+    """The n-th probe namespace of process ``pid`` (started at ``start`` clock ticks):
+    the name says whose it is, so clean-up can remove one whose creator died mid-probe,
+    and n keeps one that failed to go away from blocking the same process's next probe."""
+    return f"{PROBE_NETNS_PREFIX}{pid}-{start}-{n}"
 
 
 def netem_available() -> bool:
     """Probe netem on a veth inside a throwaway namespace of our own (veth, because
     Mininet needs it anyway; some kernels here lack the dummy driver)."""
-    ns = probe_netns_name(os.getpid(), process_start_time(os.getpid()))
+    ns = probe_netns_name(os.getpid(), process_start_time(os.getpid()), next(_probe_counter))
     if _quiet(["ip", "netns", "add", ns]).returncode != 0:
         return False
     try:

@@ -19,7 +19,8 @@ def ovs_bridges() -> set[str]:
 
 
 def relative_seq(seq, base: int):
-    """TCP sequence numbers relative to ``base``, correct across a 2**32 wrap."""
+    """TCP sequence numbers relative to ``base``, correct across a 2**32 wrap for values
+    within 2 GiB of base (any flow of a test run)."""
     import numpy as np
 
     return (seq.astype(np.int64) - base + 2**31) % 2**32 - 2**31
@@ -33,7 +34,8 @@ def overtaken_segments(segments) -> int:
     import numpy as np
 
     count = 0
-    for _key, flow in segments[segments.payload_len > 0].groupby(["sport", "dport"]):
+    data = segments[segments.payload_len > 0]
+    for _key, flow in data.groupby(["src", "dst", "sport", "dport"]):
         start = relative_seq(flow.seq.values, int(flow.seq.iloc[0]))
         end = start + flow.payload_len.to_numpy()
         sent_before = np.concatenate([[start[0]], np.maximum.accumulate(end)[:-1]])

@@ -53,4 +53,6 @@ def test_allreduce_efficiency_runs_in_a_fabric(tmp_path: Path) -> None:
         assert r["vswitchd_max_core_share"] >= 0
     # the fabric was torn down: its state file and bridges are gone
     from incastlab.state import STATE_DIR
+    from tests.rootnet import ovs_bridges
     assert not list(STATE_DIR.glob("*.json")) if STATE_DIR.exists() else True
+    assert not {b for b in ovs_bridges() if b.startswith(("sp", "lf"))}

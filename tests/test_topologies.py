@@ -120,6 +120,80 @@ def test_ack_filter_bytecode_takes_tcpdump_ddd():
         ack_filter_bytecode("5\n6 0 0 0\n")  # count and lines disagree
 
 
+def _run_bpf(bytecode: str, frame: bytes) -> int:
+    """A tiny classic-BPF interpreter for the instructions tcpdump emits for the ACK
+    filter (loads, ALU, jumps, scratch memory, ret): enough to check what it matches."""
+    insns = [tuple(int(x) for x in i.split()) for i in bytecode.split(",")[1:]]
+    a = x = 0
+    mem = [0] * 16
+    pc = 0
+    while True:
+        code, jt, jf, k = insns[pc]
+        pc += 1
+        cls, size, mode = code & 0x07, code & 0x18, code & 0xE0
+        src_x = code & 0x08
+        if cls in (0x00, 0x01):  # ld / ldx
+            if cls == 0x01 and mode == 0xA0:  # ldxb 4*([k]&0xf)
+                x = 4 * (frame[k] & 0xF)
+                continue
+            n = {0x00: 4, 0x08: 2, 0x10: 1}[size]
+            if mode == 0x60:  # M[k]
+                val = mem[k]
+            elif mode == 0x00:  # imm
+                val = k
+            else:
+                off = k + (x if mode == 0x40 else 0)
+                val = int.from_bytes(frame[off:off + n], "big")
+            if cls == 0x00:
+                a = val
+            else:
+                x = val
+        elif cls == 0x02:
+            mem[k] = a
+        elif cls == 0x04:  # alu
+            op, b = code & 0xF0, (x if src_x else k)
+            a = {0x00: a + b, 0x10: a - b, 0x50: a & b, 0x60: a << b,
+                 0x70: a >> b}[op] & 0xFFFFFFFF
+        elif cls == 0x05:  # jmp
+            op, b = code & 0xF0, (x if src_x else k)
+            hit = {0x10: a == b, 0x20: a > b, 0x30: a >= b, 0x40: bool(a & b)}[op]
+            pc += jt if hit else jf
+        elif cls == 0x06:
+            return k
+        elif cls == 0x07:
+            a, x = (x, x) if code == 0x87 else (a, a)  # txa / tax
+        else:
+            raise AssertionError(f"unexpected BPF code {code}")
+
+
+def _tcp_frame(payload: int, flags: int) -> bytes:
+    ip_len = 20 + 32 + payload  # TCP with 12 bytes of options (timestamps)
+    ip = bytes([0x45, 0, ip_len >> 8, ip_len & 0xFF, 0, 0, 0x40, 0, 64, 6, 0, 0,
+                10, 0, 1, 1, 10, 0, 2, 1])
+    tcp = bytes([0x9C, 0x40, 0x14, 0x51]) + bytes(8) + bytes([0x80, flags]) + bytes(18)
+    return bytes(12) + b"\x08\x00" + ip + tcp + bytes(payload)
+
+
+def test_the_ack_filter_matches_pure_acks_only():
+    """The real filter, compiled by tcpdump, run on hand-made frames: pure ACKs and SYNs
+    match (cls_bpf: -1 = this filter's class); data, FIN and RST do not."""
+    import shutil
+
+    from incastlab.topologies.links import pure_ack_bytecode
+    if shutil.which("tcpdump") is None:
+        pytest.skip("tcpdump is not installed")
+    code = pure_ack_bytecode()
+    match = 0xFFFFFFFF
+    assert _run_bpf(code, _tcp_frame(0, 0x10)) == match  # pure ACK
+    assert _run_bpf(code, _tcp_frame(0, 0x02)) == match  # SYN
+    assert _run_bpf(code, _tcp_frame(0, 0x12)) == match  # SYN-ACK
+    assert _run_bpf(code, _tcp_frame(1, 0x18)) == 0  # one byte of data
+    assert _run_bpf(code, _tcp_frame(20, 0x10)) == 0  # a short last segment
+    assert _run_bpf(code, _tcp_frame(1448, 0x10)) == 0
+    assert _run_bpf(code, _tcp_frame(0, 0x11)) == 0  # FIN
+    assert _run_bpf(code, _tcp_frame(0, 0x14)) == 0  # RST
+
+
 def test_stock_mininet_can_load_the_custom_file():
     """`mn --custom topologies/leafspine.py --topo leafspine,2,4,2` execs the file
     without incastlab on the path; emulate exactly that with the system Python."""

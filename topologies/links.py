@@ -8,7 +8,7 @@ this machine kind has no netem. So every switch egress port gets
 which makes drops happen in one known queue and be counted by ``tc -s qdisc show``.
 Hosts get the same HTB shaping with a deep pfifo (``HOST_QUEUE_PACKETS``), like a NIC's
 txqueuelen, so that congestion drops happen in the fabric, not in the sender's stack —
-plus one thing switches do not get: pure ACKs (TCP segments without payload or FIN,
+plus one thing switches do not get: pure ACKs (TCP segments without payload, FIN or RST,
 picked exactly by a cls_bpf filter compiled from PURE_ACK_EXPR) have an HTB class of
 their own that is served first (handle ``30:``; everything else stays in ``10:``):
 
@@ -57,10 +57,11 @@ HOST_QUEUE_PACKETS = 1000
 QUEUE_HANDLE = "10:"  # the pfifo (or netem) child that holds the packets
 ACK_HANDLE = "30:"  # hosts: the queue of pure ACKs, served first
 ACK_SHARE = 0.1  # the ACK class's guaranteed share of the host link
-# Pure ACKs: TCP segments that carry no payload and no FIN (SYNs included: nothing of
-# their connection can be queued before them). Compiled by tcpdump into classic BPF for
+# Pure ACKs: TCP segments that carry no payload, no FIN and no RST (SYNs included:
+# nothing of their connection can be queued before them; a FIN or RST overtaking queued
+# data would end the connection early). Compiled by tcpdump into classic BPF for
 # cls_bpf, so the test is exact: IP length = IP header + TCP header.
-PURE_ACK_EXPR = ("tcp and (tcp[13] & 1) == 0 and "
+PURE_ACK_EXPR = ("tcp and (tcp[13] & 5) == 0 and "
                  "ip[2:2] - ((ip[0] & 0xf) << 2) - ((tcp[12] & 0xf0) >> 2) == 0")
 OFFLOADS = ("tx", "tso", "gso")
 
@@ -135,9 +136,9 @@ def ack_filter_bytecode(tcpdump_ddd: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def pure_ack_bytecode() -> str:
-    """PURE_ACK_EXPR compiled by tcpdump for Ethernet framing (the veths' link type; the
-    root namespace's loopback offers it and is always up)."""
-    out = subprocess.run(["tcpdump", "-i", "lo", "-y", "EN10MB", "-ddd", PURE_ACK_EXPR],
+    """PURE_ACK_EXPR compiled by tcpdump for Ethernet framing (the veths' link type);
+    tcpdump compiles it offline, with no interface and no privileges."""
+    out = subprocess.run(["tcpdump", "-y", "EN10MB", "-ddd", PURE_ACK_EXPR],
                          capture_output=True, text=True, timeout=30)
     if out.returncode != 0:
         raise RuntimeError(f"tcpdump could not compile the ACK filter: {out.stderr.strip()}")

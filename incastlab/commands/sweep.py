@@ -73,9 +73,10 @@ def sweep(args, spec=None) -> int:
             run_dir.rename(kept)
             print(f"[{n}/{len(points)}] {label}: earlier incomplete attempt kept as {kept.name}")
         caps = common.ready(point, args)  # the machine may have changed since the start
-        if caps is None:
+        if caps is None:  # already said why; keep what the sweep has so far
+            statuses[label] = "not started (preflight failed)"
             print(f"sweep stopped before {label}; continue it with --resume --out {base}")
-            return 1
+            break
         run_dir.mkdir()
         print(f"[{n}/{len(points)}] {label}: running")
         status = common.execute(point, run_dir, args, caps)
