@@ -30,7 +30,8 @@ job kept ovs-vswitchd (the single-threaded userspace datapath) at 90% of a core 
 is flagged "datapath at its CPU ceiling": the CPU, not only the emulated links, may have
 set the time (here the N-rank ring jobs at 50 Mbit/s: N x 50 Mbit/s of host traffic,
 cross-leaf flows over 3 bridges each; they are flagged, yet reached 1.07 x (N = 4) and
-1.09-1.10 x (N = 8), so the datapath was busy rather than the limit).
+1.08-1.10 x (N = 8), near the framing floor below, so the datapath was busy rather than
+the limit).
 
 The target (issue 4): our ring at 90 % of the bound or better, i.e. ratio <= 1/0.9. In
 fabric mode the line before the JSON says, per N, whether it was met. (The bound counts

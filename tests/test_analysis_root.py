@@ -19,12 +19,12 @@ from tests.rootnet import free_port, overtaken_segments
 pytestmark = pytest.mark.root
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # How far tc's drop counter may stray from the losses the captures prove. On an OVS
-# userspace-datapath egress port tc counts refused enqueues, not lost packets: OVS retries
-# a refused packet once (a second count if refused again, after which the rest of its batch
-# is discarded uncounted), see analysis/reconcile.py. Runs here gave tc/captures ratios of
-# 0.44-1.52. So: within a factor of two, plus a few packets, and the report must state the
-# ratio. The kernel's own retransmission count against the captures' is the tight, exact
-# cross-check.
+# userspace-datapath egress port tc counts refused enqueues, not lost packets: OVS may
+# retry a refused packet once (a second count if refused again), and a refusal that ends a
+# send call discards the rest of its batch uncounted, see analysis/reconcile.py. Runs
+# here gave tc/captures ratios of 0.44-1.52. So: within a factor of two, plus a few
+# packets, and the report must state the ratio. The kernel's own retransmission count
+# against the captures' is the tight, exact cross-check.
 FACTOR = 2.0
 SLACK = 10
 

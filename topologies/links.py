@@ -78,7 +78,12 @@ def tc_commands(dev: str, bw_mbps: float, queue_packets: int, delay: str | None,
     # burst: at least one MTU-sized packet plus headroom; HTB's default burst at tens of
     # Mbit/s is ~1.6 kB and makes the achieved rate fall short under timer slack.
     burst_bytes = max(15_000, int(bw_mbps * 1e6 / 8 / 1000))  # >= 1 ms at line rate
-    rate = ["rate", f"{bw_mbps:g}mbit", "burst", str(burst_bytes), "cburst", str(burst_bytes)]
+
+    def htb_rate(mbps: float) -> list[str]:  # guaranteed mbps, may borrow up to the link
+        return ["rate", f"{mbps:g}mbit", "ceil", f"{bw_mbps:g}mbit",
+                "burst", str(burst_bytes), "cburst", str(burst_bytes)]
+
+    rate = htb_rate(bw_mbps)
     if delay:
         child = ["netem", "delay", delay, "limit", str(queue_packets)]
     else:
@@ -90,18 +95,14 @@ def tc_commands(dev: str, bw_mbps: float, queue_packets: int, delay: str | None,
             ["tc", "qdisc", "replace", "dev", dev, "parent", "1:1", "handle", QUEUE_HANDLE,
              *child],
         ]
-    ack_rate = ["rate", f"{bw_mbps * ACK_SHARE:g}mbit", "ceil", f"{bw_mbps:g}mbit",
-                "burst", str(burst_bytes), "cburst", str(burst_bytes)]
-    bulk_rate = ["rate", f"{bw_mbps * (1 - ACK_SHARE):g}mbit", "ceil", f"{bw_mbps:g}mbit",
-                 "burst", str(burst_bytes), "cburst", str(burst_bytes)]
     return [
         ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default",
          "20"],
         ["tc", "class", "replace", "dev", dev, "parent", "1:", "classid", "1:1", "htb", *rate],
         ["tc", "class", "replace", "dev", dev, "parent", "1:1", "classid", "1:20", "htb",
-         *bulk_rate, "prio", "1"],
+         *htb_rate(bw_mbps * (1 - ACK_SHARE)), "prio", "1"],
         ["tc", "class", "replace", "dev", dev, "parent", "1:1", "classid", "1:30", "htb",
-         *ack_rate, "prio", "0"],
+         *htb_rate(bw_mbps * ACK_SHARE), "prio", "0"],
         ["tc", "qdisc", "replace", "dev", dev, "parent", "1:20", "handle", QUEUE_HANDLE,
          *child],
         ["tc", "qdisc", "replace", "dev", dev, "parent", "1:30", "handle", ACK_HANDLE,
