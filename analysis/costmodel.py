@@ -1,0 +1,411 @@
+"""Lower bounds on the time of one iteration (or round), from bytes, rates and placement.
+
+The α–β model: moving n bytes over a link of rate B takes at least α + n·f/B seconds,
+where α is the one-way latency of a message and f the framing overhead (wire bytes per
+payload byte). Where several links are crossed at once the slowest of them sets the
+pace, so a phase takes at least the largest of its per-link times (its *bottleneck*);
+phases that cannot overlap add up. Every function returns a `Bound`: the seconds, the
+formula with the numbers filled in (for a report), the named terms in seconds and the
+name of the bottleneck. Nothing here measures anything: numbers in, a bound out.
+
+Units: rates in Mbit/s (10^6 bit/s, as fabric.json and the spec give them), sizes in
+bytes of application payload (as the worker logs count them), times in seconds.
+
+Framing (derived in the README, `benchmarks/allreduce_efficiency.py`): HTB shapes whole
+Ethernet frames without preamble, FCS or gap. A full-size TCP segment of an MTU-1500
+link carries 1448 payload bytes (1500 - 20 IP - 20 TCP - 12 timestamp option) in a
+1514-byte frame (+14 Ethernet), so f = 1514/1448 = 1.0456 for a bulk flow whose link
+carries nothing else. When a link also carries the ACKs of a flow coming the other way
+(one 66-byte frame per two segments: Linux's delayed ACK), f = (2·1514 + 66)/(2·1448)
+= 1.0684 (`ack_framing`): a ring host, and a parameter-server port whose push and pull
+run at the same time.
+
+Fabric (two-tier leaf–spine): a leaf reaches the spines over `spines` links of
+`fabric_mbps` each, one per spine, in each direction. The fabric term of a phase is, for
+every leaf, the bytes that leave it for other leaves (uplinks) and the bytes that reach
+it from other leaves (downlinks), each over spines × fabric_mbps; the largest of these
+is the term. It assumes the routing spreads those bytes evenly over the spines it may
+use, so it is a lower bound: an ECMP hash collision shows as time above it. Pass
+`spines` = the number of spines the routing lets a flow use (1 under the `single`
+policy, all of them under ecmp, spread and adaptive). The spine's own links are these
+same leaf–spine links, so no other fabric link can be the bottleneck.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+ETHERNET_HEADER = 14   # bytes; HTB counts it, not the preamble, FCS or inter-frame gap
+IP_HEADER = 20
+TCP_HEADER = 20
+TCP_TIMESTAMPS = 12    # the timestamp option, padded (Linux negotiates it by default)
+ACK_FRAME = ETHERNET_HEADER + IP_HEADER + TCP_HEADER + TCP_TIMESTAMPS   # 66 bytes
+SEGMENTS_PER_ACK = 2   # Linux delays ACKs to one per two full-size segments
+PS_MODES = ("sync", "async", "ssp", "backup")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A lower bound in seconds.
+
+    `formula`: one line for a report, the formula with its numbers filled in; `terms`:
+    the named components in seconds (the bound is built from them as the formula says);
+    `bottleneck`: the name of the term that sets the bound."""
+    seconds: float
+    formula: str
+    terms: dict = field(default_factory=dict, hash=False)
+    bottleneck: str = ""
+
+    def ratio(self, measured_s: float) -> float:
+        """measured / bound (1.0 = at the bound; NaN when the bound is 0)."""
+        return measured_s / self.seconds if self.seconds > 0 else float("nan")
+
+
+def segment_payload(mtu: int = 1500) -> int:
+    """Payload bytes of a full-size TCP segment with timestamps (1448 for MTU 1500)."""
+    payload = mtu - IP_HEADER - TCP_HEADER - TCP_TIMESTAMPS
+    if payload <= 0:
+        raise ValueError(f"mtu must exceed {IP_HEADER + TCP_HEADER + TCP_TIMESTAMPS} bytes, "
+                         f"got {mtu}")
+    return payload
+
+
+def framing_factor(mtu: int = 1500) -> float:
+    """Wire bytes per payload byte of a bulk TCP flow of full-size segments:
+    (mtu + 14) / (mtu - 52) = 1514/1448 = 1.0456 for MTU 1500."""
+    return (mtu + ETHERNET_HEADER) / segment_payload(mtu)
+
+
+def ack_framing(mtu: int = 1500, segments_per_ack: int = SEGMENTS_PER_ACK) -> float:
+    """Wire bytes per payload byte on a link that carries a bulk flow *and* the ACKs of
+    an equal flow in the other direction: one 66-byte ACK frame per `segments_per_ack`
+    segments, (2·1514 + 66)/(2·1448) = 1.0684 for MTU 1500."""
+    seg = segment_payload(mtu)
+    return (segments_per_ack * (mtu + ETHERNET_HEADER) + ACK_FRAME) / (segments_per_ack * seg)
+
+
+def bytes_per_s(mbps: float) -> float:
+    """Mbit/s -> bytes/s."""
+    return float(mbps) * 1e6 / 8
+
+
+def _rates(value, n: int, what: str) -> list[float]:
+    """A scalar or one value per item -> n positive rates (Mbit/s)."""
+    vals = [value] * n if isinstance(value, (int, float)) else list(value)
+    if len(vals) != n:
+        raise ValueError(f"{what}: expected one rate or {n}, got {len(vals)}")
+    for v in vals:
+        if not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"{what}: rates must be positive Mbit/s, got {v!r}")
+    return [float(v) for v in vals]
+
+
+def _positive(value, what: str, integer: bool = False):
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if not ok or isinstance(value, bool) or not value > 0:
+        raise ValueError(f"{what} must be a positive {'integer' if integer else 'number'}, "
+                         f"got {value!r}")
+    return value
+
+
+def _fmt(x: float) -> str:
+    """Seconds or bytes for a formula: 4 significant digits, thousands separated."""
+    if x == int(x) and abs(x) < 1e15:
+        return f"{int(x):,}"
+    return f"{x:,.4g}" if abs(x) >= 1 else f"{x:.4g}"
+
+
+def _leaf_traffic(flows: Iterable[tuple[str, str, float]]) -> tuple[dict, dict]:
+    """(up, down): bytes leaving each leaf for the spines and reaching it from them, for
+    flows given as (source leaf, destination leaf, bytes); same-leaf flows cross no
+    spine."""
+    up: dict = {}
+    down: dict = {}
+    for src, dst, n in flows:
+        if src != dst:
+            up[src] = up.get(src, 0.0) + n
+            down[dst] = down.get(dst, 0.0) + n
+    return up, down
+
+
+def _fabric_term(up: dict, down: dict, spines: int, fabric_mbps, framing: float,
+                 symbol: str = "f") -> tuple[float, str, str]:
+    """(seconds, name, text) of the busiest leaf-to-spine direction; (0, '', '') when
+    no bytes cross the spines."""
+    if not up and not down:
+        return 0.0, "", ""
+    if not spines or not fabric_mbps:
+        raise ValueError("traffic crosses leaves: `spines` and `fabric_mbps` are needed")
+    cap = bytes_per_s(spines * fabric_mbps)
+    cands = [(n, f"uplinks of {leaf}") for leaf, n in up.items()] + \
+            [(n, f"downlinks into {leaf}") for leaf, n in down.items()]
+    n, name = max(cands, key=lambda c: c[0])
+    secs = n * framing / cap
+    return secs, name, (f"{name} {_fmt(n)} B·{symbol}/({spines}×{_fmt(fabric_mbps)} Mbit/s) "
+                        f"= {_fmt(secs)} s")
+
+
+def _leaves(leaves, n: int, what: str) -> list | None:
+    if leaves is None:
+        return None
+    leaves = list(leaves)
+    if len(leaves) != n:
+        raise ValueError(f"{what}: expected {n} leaves, got {len(leaves)}")
+    return leaves
+
+
+def _top(terms: dict) -> str:
+    return max(terms, key=lambda k: terms[k]) if terms else ""
+
+
+def ps_bound(workers: int, shards: int, model_bytes: float, host_mbps, ps_mbps=None, *,
+             worker_leaves: Sequence[str] | None = None,
+             shard_leaves: Sequence[str] | None = None, spines: int = 0,
+             fabric_mbps: float | None = None, mode: str = "sync", compute_s: float = 0.0,
+             alpha_s: float = 0.0, mtu: int = 1500) -> Bound:
+    """Parameter server: the least communication time of one worker iteration (s).
+
+    N = `workers`, k = `shards`, M = `model_bytes` (the gradient, = the parameters, in
+    bytes; each shard owns M/k), `host_mbps` = each worker's link (one value, or one per
+    worker), `ps_mbps` = each shard host's link (one value or one per shard; default
+    `host_mbps`). `worker_leaves`/`shard_leaves` (leaf of each worker/shard, same order)
+    with `spines` and `fabric_mbps` add the fabric term (module docstring); without
+    them the fabric is not modelled. `alpha_s`: one-way latency of a message (0 here:
+    the links have no configured delay). Framing f as in the module docstring.
+
+    sync (BSP) — the least communication time of a worker iteration (its period less
+    its compute; a steady-state bound, on the mean over iterations):
+      Every worker sends M/k to every shard (push) and gets M/k back (pull), so each
+      shard's port (the leaf's egress to the shard host: the incast queue) carries N·M/k
+      bytes each way per step, each worker's own link M each way, and the fabric every
+      slice whose two ends sit on different leaves. The barrier orders them: a shard
+      answers only after all N gradients of the step arrived, and a worker pushes again
+      only after its pull. But the shard answers all N workers at once and takes the next
+      gradient of whoever is answered first, and links are full duplex, so the push of
+      one worker's next iteration *can* overlap the pulls still going to the others.
+      What cannot overlap is the chain: after a shard's update its N pulls leave through
+      its port (N·M/k·f/B_ps), and only then has the last-answered worker its
+      parameters; its next slice must still come back through its own link and the port
+      ((M/k)·f/min(B_w, B_ps)) before the next update. So per iteration
+        comm ≥ max( N·M/k·f/B_ps + (M/k)·f/min(B_w, B_ps),      shard port chain
+                    2·M·f/B_w,                       a worker's own pull, then push
+                    X_j·f/(spines·B_f) + (M/k)·f/min(B_w, B_ps, spines·B_f) )  fabric
+             + 2α,
+      X_j the largest bytes of shard j's pulls over one leaf's uplinks or downlinks
+      (the same chain through the spines). f = 1514/1448: a link is only certain to
+      carry ACKs against its data. For the demo (N = 3, k = 1, M = 1 MB, 20 Mbit/s):
+      (3 + 1) × 0.4 s × 1.0456 = 1.673 s. The app replies to all workers at once and
+      they share the port fairly, so the pulls all end together, no worker starts early
+      and an iteration takes push then pull, 2·N·M/k·f/B_ps = 2.509 s for the demo:
+      `terms['push_then_pull']` gives that figure (the same max over port, worker link
+      and fabric, counted once for the push and once for the pull). The difference is
+      scheduling (answering workers one at a time would let them overlap), not bytes;
+      with many workers the pulls end at very different times and runs do beat the
+      push-then-pull figure, so it is not a lower bound and not `seconds`.
+
+    async, ssp, backup — the bound on a worker's communication per iteration:
+      There is no barrier: while one worker pushes, another pulls, and each shard port
+      carries both directions at once (full duplex). Each worker iteration still moves
+      M/k into and M/k out of every shard, so for N workers at an equal pace one
+      iteration *period* (compute + communication) per worker costs each shard port
+      N·M/k bytes per direction: period ≥ N·M/k·f'/B_ps with f' = `ack_framing` (each
+      direction carries data and the other direction's ACKs), and likewise the fabric
+      (both phases' bytes per leaf direction, f'). A worker itself pushes its M and then
+      waits for its M to come back before computing again: comm ≥ 2·M·f/B_w + 2α.
+      So comm ≥ max(2·M·f/B_w + 2α, N·M/k·f'/B_ps − compute_s, fabric − compute_s),
+      with `compute_s` the worker's compute time per iteration (pass the measured mean;
+      0 gives the period bound itself). ssp only limits how far workers drift apart and
+      backup only which gradients count: every push is still sent, received and
+      answered, so the bytes are the same. This is a steady-state (mean) bound; one
+      iteration can beat it while others wait.
+
+    Bound.terms: sync: shard_port (the chain), worker_link, fabric, latency,
+    push_then_pull; async/ssp/backup: worker_link (incl. 2α), shard_port_period,
+    fabric_period, compute. All in seconds.
+    """
+    if mode not in PS_MODES:
+        raise ValueError(f"mode must be one of {', '.join(PS_MODES)}, got {mode!r}")
+    n = _positive(workers, "workers", integer=True)
+    k = _positive(shards, "shards", integer=True)
+    m = float(_positive(model_bytes, "model_bytes"))
+    w_rates = _rates(host_mbps, n, "host_mbps")
+    if ps_mbps is None:
+        if not isinstance(host_mbps, (int, float)):
+            raise ValueError("ps_mbps is needed when host_mbps is given per worker")
+        ps_mbps = host_mbps
+    s_rates = _rates(ps_mbps, k, "ps_mbps")
+    wl = _leaves(worker_leaves, n, "worker_leaves")
+    sl = _leaves(shard_leaves, k, "shard_leaves")
+    if (wl is None) != (sl is None):
+        raise ValueError("give both worker_leaves and shard_leaves, or neither")
+    slice_b = m / k
+    port_bytes = n * slice_b
+    b_ps = min(s_rates)
+    b_w = min(w_rates)
+    push_flows = [(a, b, slice_b) for a in wl for b in sl] if wl is not None else []
+    pull_flows = [(b, a, n_) for a, b, n_ in push_flows]
+
+    if mode == "sync":
+        return _ps_sync(n, k, m, w_rates, s_rates, wl, sl, spines, fabric_mbps, alpha_s, mtu)
+    f = framing_factor(mtu)
+    fa = ack_framing(mtu)
+    link = 2 * m * f / bytes_per_s(b_w) + 2 * alpha_s
+    port = port_bytes * fa / bytes_per_s(b_ps)
+    up1, down1 = _leaf_traffic(push_flows)
+    up2, down2 = _leaf_traffic(pull_flows)
+    up = {x: up1.get(x, 0.0) + up2.get(x, 0.0) for x in set(up1) | set(up2)}
+    down = {x: down1.get(x, 0.0) + down2.get(x, 0.0) for x in set(down1) | set(down2)}
+    fab, fab_name, fab_txt = _fabric_term(up, down, spines, fabric_mbps, fa, "f'")
+    cands = {"worker link": link, "shard port": port - compute_s}
+    if fab_name:
+        cands[f"fabric ({fab_name})"] = fab - compute_s
+    secs = max(cands.values())
+    terms = {"worker_link": link, "shard_port_period": port, "fabric_period": fab,
+             "compute": float(compute_s)}
+    formula = (f"{mode} PS, N={n} workers, k={k} shard(s), M={_fmt(m)} B: per worker "
+               f"iteration max(own link 2·M·f/B_w{' + 2α' if alpha_s else ''} = {_fmt(link)}"
+               f" s, shared shard port N·M/k·f'/B_ps − compute = {_fmt(port_bytes)} B·"
+               f"{fa:.4f}/{_fmt(b_ps)} Mbit/s − {_fmt(compute_s)} s = {_fmt(port - compute_s)}"
+               f" s{', fabric ' + fab_txt + ' − compute' if fab_name else ''}) = "
+               f"{_fmt(secs)} s (f={f:.4f}; f'={fa:.4f}: push and pull share the port "
+               f"in full duplex)")
+    return Bound(secs, formula, terms, _top(cands))
+
+
+def _ps_sync(n, k, m, w_rates, s_rates, wl, sl, spines, fabric_mbps, alpha_s, mtu) -> Bound:
+    """The sync branch of `ps_bound` (see there)."""
+    f = framing_factor(mtu)
+    slice_b = m / k
+    b_ps, b_w = min(s_rates), min(w_rates)
+    # shard chain: N pulls leave the port after the update, then the last-answered
+    # worker's next slice must come in through its own link and the port
+    pulls = n * slice_b * f / bytes_per_s(b_ps)
+    back = slice_b * f / bytes_per_s(min(b_w, b_ps))
+    chain = pulls + back
+    link = 2 * m * f / bytes_per_s(b_w)
+    cands = {"shard port": chain, "worker link": link}
+    fab, fab_txt, phase_fab, cands_name = 0.0, "", 0.0, ""
+    if wl is not None:
+        cap_rate = spines * fabric_mbps if spines and fabric_mbps else None
+        for j, leaf in enumerate(sl):  # one chain per shard: its own update starts it
+            pull_flows = [(leaf, a, slice_b) for a in wl]
+            x_s, name, txt = _fabric_term(*_leaf_traffic(pull_flows), spines, fabric_mbps, f)
+            if not name:
+                continue
+            ret = slice_b * f / bytes_per_s(min(b_w, s_rates[j], cap_rate))
+            if x_s + ret > fab:
+                fab, fab_txt = x_s + ret, f"{txt} + one slice back {_fmt(ret)} s"
+                cands_name = f"fabric ({name})"
+        all_push = [(a, b, slice_b) for a in wl for b in sl]
+        phase_fab = _fabric_term(*_leaf_traffic(all_push), spines, fabric_mbps, f)[0]
+        if fab:
+            cands[cands_name] = fab
+    lat = 2 * alpha_s
+    secs = max(cands.values()) + lat
+    phased = 2 * max(n * slice_b * f / bytes_per_s(b_ps), m * f / bytes_per_s(b_w),
+                     phase_fab) + lat
+    formula = (f"sync PS, N={n} workers, k={k} shard(s), M={_fmt(m)} B, f={f:.4f}: "
+               f"max(shard port: N pulls out then one slice back "
+               f"(N·M/k)·f/B_ps + (M/k)·f/min(B_w,B_ps) "
+               f"= {_fmt(pulls)} + {_fmt(back)} = {_fmt(chain)} s, worker link 2·M·f/B_w = "
+               f"{_fmt(link)} s{', fabric ' + fab_txt + ' = ' + _fmt(fab) + ' s' if fab else ''})"
+               f"{' + 2α = ' + _fmt(lat) + ' s' if lat else ''} = {_fmt(secs)} s; "
+               f"a push phase then a pull phase with no overlap (all replies ending together): "
+               f"{_fmt(phased)} s")
+    terms = {"shard_port": chain, "worker_link": link, "fabric": fab, "latency": lat,
+             "push_then_pull": phased}
+    return Bound(secs, formula, terms, _top(cands))
+
+
+def ring_bound(ranks: int, model_bytes: float, host_mbps, *,
+               leaves: Sequence[str] | None = None, spines: int = 0,
+               fabric_mbps: float | None = None, alpha_s: float = 0.0,
+               mtu: int = 1500) -> Bound:
+    """Ring all-reduce of M = `model_bytes` over N = `ranks`: the least time (s).
+
+    Reduce-scatter then all-gather, N−1 steps each, every step a chunk of M/N to the
+    next rank: each rank sends S = 2(N−1)/N·M bytes to its successor and receives as
+    much from its predecessor, at the same time (full duplex), so each host link
+    carries S in each direction *and* the ACKs of the incoming flow: f' = `ack_framing`.
+    host term = S·f'/B (B = the slowest rank's link, `host_mbps` one value or one per
+    rank: the steps go in lock-step, so the slowest link sets the pace).
+    `leaves` = the leaf of each rank in ring order (rank r sends to rank r+1 mod N):
+    every ring edge whose ends sit on different leaves puts S on the uplinks of the
+    sender's leaf and the downlinks of the receiver's; the edges leaving a leaf share
+    its spines × fabric_mbps (the order of ranks matters: grouping a leaf's ranks
+    together crosses the fabric twice, interleaving them N times). Those links carry
+    the reverse edges' ACKs too (as many edges enter a leaf as leave it), so f' again.
+    fabric term = max over leaves and directions of (edges × S)·f'/(spines × B_fabric).
+    bound = max(host term, fabric term) + 2(N−1)·α (a chunk's path round the ring is
+    2(N−1) messages long; α = 0 here).
+
+    Bound.terms: host_link, fabric, latency (s). N = 1 moves nothing: bound 0.
+    """
+    n = _positive(ranks, "ranks", integer=True)
+    m = float(_positive(model_bytes, "model_bytes"))
+    rates = _rates(host_mbps, n, "host_mbps")
+    lv = _leaves(leaves, n, "leaves")
+    fa = ack_framing(mtu)
+    s = 2 * (n - 1) / n * m
+    host = s * fa / bytes_per_s(min(rates))
+    flows = [(lv[r], lv[(r + 1) % n], s) for r in range(n)] if lv is not None and n > 1 \
+        else []
+    fab, fab_name, fab_txt = _fabric_term(*_leaf_traffic(flows), spines, fabric_mbps, fa,
+                                          "f'")
+    lat = 2 * (n - 1) * alpha_s
+    cands = {"host link": host}
+    if fab_name:
+        cands[f"fabric ({fab_name})"] = fab
+    secs = max(cands.values()) + lat
+    formula = (f"ring all-reduce, N={n}, M={_fmt(m)} B, f'={fa:.4f} (data + ACKs): "
+               f"max(host link 2(N−1)/N·M·f'/B = {_fmt(s)} B·f'/{_fmt(min(rates))} Mbit/s = "
+               f"{_fmt(host)} s{', fabric ' + fab_txt if fab_name else ''})"
+               f"{' + 2(N−1)α = ' + _fmt(lat) + ' s' if lat else ''} = {_fmt(secs)} s")
+    return Bound(secs, formula, {"host_link": host, "fabric": fab, "latency": lat},
+                 _top(cands))
+
+
+def incast_bound(senders: int, block_bytes: float, receiver_mbps: float, *,
+                 sender_mbps=None, sender_leaves: Sequence[str] | None = None,
+                 receiver_leaf: str | None = None, spines: int = 0,
+                 fabric_mbps: float | None = None, alpha_s: float = 0.0,
+                 mtu: int = 1500) -> Bound:
+    """One incast round: N = `senders` each send a block of S = `block_bytes` to one
+    receiver at once; the least time (s) from the request to the last byte.
+
+    receiver port: N·S·f/B_r — the leaf's egress to the receiver carries every block
+    (the incast queue); f = 1514/1448: only requests and ACKs go the other way.
+    sender link: S·f/B_s (`sender_mbps`, one value or one per sender; optional).
+    fabric (with `sender_leaves`, `receiver_leaf`, `spines`, `fabric_mbps`): the blocks
+    of senders on other leaves cross into the receiver's leaf, and leave each sender
+    leaf, over spines × fabric_mbps.
+    bound = max(receiver port, sender link, fabric) + 2α (the request, then the data).
+
+    Bound.terms: receiver_port, sender_link, fabric, latency (s).
+    """
+    n = _positive(senders, "senders", integer=True)
+    s = float(_positive(block_bytes, "block_bytes"))
+    b_r = _rates(receiver_mbps, 1, "receiver_mbps")[0]
+    f = framing_factor(mtu)
+    port = n * s * f / bytes_per_s(b_r)
+    cands = {"receiver port": port}
+    link = 0.0
+    if sender_mbps is not None:
+        link = s * f / bytes_per_s(min(_rates(sender_mbps, n, "sender_mbps")))
+        cands["sender link"] = link
+    lv = _leaves(sender_leaves, n, "sender_leaves")
+    if (lv is None) != (receiver_leaf is None):
+        raise ValueError("give both sender_leaves and receiver_leaf, or neither")
+    flows = [(a, receiver_leaf, s) for a in lv] if lv is not None else []
+    fab, fab_name, fab_txt = _fabric_term(*_leaf_traffic(flows), spines, fabric_mbps, f)
+    if fab_name:
+        cands[f"fabric ({fab_name})"] = fab
+    lat = 2 * alpha_s
+    secs = max(cands.values()) + lat
+    formula = (f"incast round, N={n} senders × S={_fmt(s)} B, f={f:.4f}: max(receiver port "
+               f"N·S·f/B_r = {_fmt(n * s)} B·f/{_fmt(b_r)} Mbit/s = {_fmt(port)} s"
+               f"{', sender link S·f/B_s = ' + _fmt(link) + ' s' if sender_mbps else ''}"
+               f"{', fabric ' + fab_txt if fab_name else ''})"
+               f"{' + 2α = ' + _fmt(lat) + ' s' if lat else ''} = {_fmt(secs)} s")
+    return Bound(secs, formula, {"receiver_port": port, "sender_link": link, "fabric": fab,
+                                 "latency": lat}, _top(cands))
