@@ -1,9 +1,14 @@
 """Launcher: ``python -m incastlab.controller --policy NAME --fabric FABRIC_JSON --out DIR``.
 
 os-ken ships no manager command, so this starts the policy's app with
-``AppManager.run_apps``. Every option is validated (registry.build_settings) before
-os-ken is imported and before anything listens; a refusal names the option and its
-allowed values and exits with status 2. The OpenFlow listener binds 127.0.0.1 only.
+``AppManager.run_apps``. Policy ``app`` runs the user's own apps (``--app FILE.py`` or
+``--app MODULE``, repeatable) beside observer.py, with ``ryu.*`` imports resolved to
+os-ken (ryu_compat.py, installed here and nowhere else); an app that cannot be imported
+exits with status 3 and says which module or name failed.
+
+Every option is validated (registry.build_settings) before os-ken is imported and
+before anything listens; a refusal names the option and its allowed values and exits
+with status 2. The OpenFlow listener binds 127.0.0.1 only.
 Logs go to DIR/controller.log.
 """
 from __future__ import annotations
@@ -17,6 +22,7 @@ import sys
 from incastlab.controller.registry import POLICIES, OptionError, build_settings
 
 EXIT_BAD_OPTION = 2
+EXIT_BAD_APP = 3     # a user app (policy app) could not be imported
 LISTEN_HOST = "127.0.0.1"
 
 
@@ -39,6 +45,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hash-fields", default=None,
                    help="ecmp: comma-separated fields OVS hashes when the switch speaks "
                         "OpenFlow 1.5 (default ip_src,ip_dst,ip_proto,tcp_src,tcp_dst)")
+    p.add_argument("--app", dest="apps", action="append", default=None,
+                   help="app: an os-ken or Ryu app, a .py file or a module name "
+                        "(repeatable); its ryu.* imports resolve to os_ken.*")
+    p.add_argument("--controller", default=None,
+                   help="external: the controller you run (127.0.0.1:PORT); refused "
+                        "here, as that policy starts nothing of ours")
     return p.parse_args(argv)
 
 
@@ -57,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = build_settings(args.policy, args.port, args.fabric, args.out,
                                   poll_interval=args.poll_interval, spine=args.spine,
                                   idle_timeout=args.idle_timeout,
-                                  hash_fields=args.hash_fields)
+                                  hash_fields=args.hash_fields, apps=args.apps,
+                                  controller=args.controller)
     except OptionError as e:
         print(f"incastlab.controller: {e}", file=sys.stderr)
         return EXIT_BAD_OPTION
@@ -72,16 +85,26 @@ def main(argv: list[str] | None = None) -> int:
     # Both modules above register CLI options; oslo.config refuses registrations
     # after CONF() has parsed, so they are imported first.
 
-    from incastlab.controller import base
+    from incastlab.controller import base, observer
 
     cfg.CONF(args=[], project="os_ken")
     cfg.CONF.set_override("ofp_listen_host", LISTEN_HOST)
     cfg.CONF.set_override("ofp_tcp_listen_port", settings.port)
     base.configure(settings)
+    observer.configure(settings)
     log = logging.getLogger("incastlab.controller")
     log.info("policy %s on %s:%d, fabric %s (%d switches), poll %.3f s",
              settings.policy, LISTEN_HOST, settings.port, settings.fabric_path,
              len(settings.fabric.dpids), settings.poll_interval)
+    apps = [POLICIES[settings.policy].module]
+    if POLICIES[settings.policy].user_apps:
+        try:
+            apps += load_user_apps(settings)
+        except ImportError as e:  # RyuCompatError, or the app's own missing import
+            log.error("%s", e)
+            logging.shutdown()
+            print(f"incastlab.controller: {e}", file=sys.stderr)
+            return EXIT_BAD_APP
 
     manager = app_manager.AppManager.get_instance()
 
@@ -91,15 +114,32 @@ def main(argv: list[str] | None = None) -> int:
         # (flushes CSVs) and leave.
         log.info("signal %d: stopping", signum)
         for app in list(manager.applications.values()):
-            if isinstance(app, base.FabricApp):
+            if isinstance(app, (base.FabricApp, observer.FabricObserver)):
                 app.close()
         logging.shutdown()
         os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    app_manager.AppManager.run_apps([POLICIES[settings.policy].module])
+    app_manager.AppManager.run_apps(apps)
     return 0
+
+
+def load_user_apps(settings) -> list[str]:
+    """Import the user's apps with ``ryu.*`` resolved to os-ken (ryu_compat), after
+    offering them the fabric map (appkit); return the names to give run_apps. A
+    module that cannot be mapped raises RyuCompatError naming it."""
+    from incastlab.controller import appkit, ryu_compat
+
+    os.environ[appkit.ENV_FABRIC] = os.path.abspath(settings.fabric_path)
+    ryu_compat.install()
+    log = logging.getLogger("incastlab.controller")
+    names = []
+    for app in settings.apps:
+        module = ryu_compat.load_app(app)
+        log.info("app %s loaded as module %s (ryu.* -> os_ken.*)", app, module.__name__)
+        names.append(module.__name__)  # run_apps finds it in sys.modules by this name
+    return names
 
 
 if __name__ == "__main__":

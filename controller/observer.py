@@ -1,0 +1,115 @@
+"""Policy ``app``'s companion: watches the fabric while the user's own apps route it.
+
+It runs in the same os-ken process as the user's apps (launcher, ``--policy app``) and
+never sends a flow or a packet: it only
+
+- writes ``controller_ready.json`` once every switch of the fabric map has connected
+  (what the fabric waits for; whether routes work is then checked with pings), and
+- polls port counters every ``--poll-interval`` into ``port_stats.csv``, the same
+  file the built-in policies write.
+
+``flow_paths.csv`` is not written: which spine an unknown app chose is not known here.
+``OFP_VERSIONS = None`` leaves the OpenFlow version to the user's apps (os-ken uses the
+intersection of every app's versions).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from os_ken.base import app_manager
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER,
+                                       set_ev_cls)
+from os_ken.lib import hub
+
+from incastlab.controller import records
+from incastlab.controller.registry import Settings
+
+_SETTINGS: Settings | None = None
+
+
+def configure(settings: Settings) -> None:
+    """Hand the validated settings to the observer the launcher is about to start."""
+    global _SETTINGS
+    _SETTINGS = settings
+
+
+class FabricObserver(app_manager.OSKenApp):
+    OFP_VERSIONS = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if _SETTINGS is None:
+            raise RuntimeError("FabricObserver needs settings: call observer.configure()")
+        self.settings = _SETTINGS
+        self.fabric = self.settings.fabric
+        self.datapaths = {}            # dpid -> Datapath, switches of the map only
+        self._ready_written = False
+        self._lock = threading.Lock()  # the poller thread and the event thread
+        self.port_log = records.CsvLog(os.path.join(self.settings.out_dir, "port_stats.csv"),
+                                       records.PORT_STATS_FIELDS)
+
+    def start(self):
+        thread = super().start()
+        self.threads.append(hub.spawn(self._poll_loop))
+        return thread
+
+    def close(self):
+        self.is_active = False
+        self.port_log.close()
+
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def _switch_features(self, ev):
+        dp = ev.msg.datapath
+        switch = self.fabric.switch(dp.id)
+        if switch is None:
+            self.logger.warning("switch %016x is not in the fabric map; ignored", dp.id)
+            return
+        with self._lock:
+            self.datapaths[dp.id] = dp
+            connected = set(self.datapaths)
+        self.logger.info("switch %s (%016x) connected", switch.name, dp.id)
+        if not self._ready_written and connected >= set(self.fabric.dpids):
+            path = records.write_ready(self.settings.out_dir, self.fabric.dpids, time.time())
+            self._ready_written = True
+            self.logger.info("ready: all %d switches connected (%s); the app(s) route them",
+                             len(self.fabric.dpids), path)
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
+    def _state_change(self, ev):
+        dp = ev.datapath
+        if ev.state == DEAD_DISPATCHER and dp.id in self.datapaths:
+            self.logger.warning("switch %016x disconnected", dp.id)
+            with self._lock:
+                self.datapaths.pop(dp.id, None)
+
+    def _poll_loop(self):
+        while self.is_active:
+            with self._lock:
+                dps = list(self.datapaths.values())
+            for dp in dps:
+                parser, ofp = dp.ofproto_parser, dp.ofproto
+                # The connection's own lock is not ours to take; os-ken's send_msg
+                # queues the message, and set_xid races only with the user's app
+                # sending at the same instant (a duplicate xid on a stats request).
+                dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
+            hub.sleep(self.settings.poll_interval)
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    def _port_stats(self, ev):
+        t = time.time()
+        dp = ev.msg.datapath
+        if self.fabric.switch(dp.id) is None:
+            return
+        switch = self.fabric.switch(dp.id)
+        wired = self.fabric.ports(dp.id)
+        for st in sorted(ev.msg.body, key=lambda s: s.port_no):
+            if st.port_no not in wired:
+                continue  # the bridge's LOCAL port and anything not in the map
+            self.port_log.write({
+                "t": f"{t:.6f}", "switch": switch.name, "port": st.port_no,
+                "peer": wired[st.port_no].peer, "tx_bytes": st.tx_bytes,
+                "rx_bytes": st.rx_bytes, "tx_packets": st.tx_packets,
+                "rx_packets": st.rx_packets, "tx_dropped": st.tx_dropped})
