@@ -19,14 +19,16 @@ import numpy as np
 import pandas as pd
 
 from .pcap import ip_to_str
-from .queues import path_ports, port_roles, queue_deltas
+from incastlab.topologies.fabricmap import FabricMap
+
+from .queues import path_ports, queue_deltas
 from .rundir import host_by_ip, spine_lookup
 
 COLUMNS = ["iface", "start", "end", "duration_s", "max_backlog_pkts", "limit_pkts", "drops",
            "n_senders", "senders", "fan_in", "n_flows", "rtos", "incast"]
 
 
-def incast_episodes(queues: pd.DataFrame, fabric: dict | None = None,
+def incast_episodes(queues: pd.DataFrame, fabric: FabricMap | None = None,
                     tcp: pd.DataFrame | None = None, retrans: pd.DataFrame | None = None,
                     flow_paths: pd.DataFrame | None = None, full_frac: float = 0.9
                     ) -> pd.DataFrame:
@@ -34,8 +36,6 @@ def incast_episodes(queues: pd.DataFrame, fabric: dict | None = None,
     sizes in packets. n_senders/fan_in/n_flows/rtos are NaN when no captures can tell."""
     if queues.empty:
         return pd.DataFrame(columns=COLUMNS)
-    fabric = fabric or {}
-    roles = port_roles(fabric)
     dq = queue_deltas(queues)
     ip_host = host_by_ip(fabric)
     data = None
@@ -45,7 +45,8 @@ def incast_episodes(queues: pd.DataFrame, fabric: dict | None = None,
     rows = []
     for iface, g in dq.groupby("iface", sort=True):
         g = g.sort_values("t")
-        limit = roles.get(iface, {}).get("queue_packets") or float(g["backlog_pkts"].max())
+        egress = fabric.link_of_iface(iface) if fabric else None
+        limit = (egress.queue_packets if egress else None) or float(g["backlog_pkts"].max())
         if not limit or limit <= 0:
             continue
         hot = (g["backlog_pkts"] >= full_frac * limit) | (g["d_drops"] > 0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .rundir import egress_iface
+from incastlab.topologies.fabricmap import SPINE_DOWNLINK, UPLINK, FabricMap
 
 
 def counter_increase(values) -> float:
@@ -41,84 +41,51 @@ def queue_deltas(queues: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def port_roles(fabric: dict) -> dict[str, dict]:
-    """{egress iface: {switch, peer, kind, rate_mbps, queue_packets}} from fabric.json.
-
-    kind: 'host-downlink' (leaf -> host), 'uplink' (leaf -> spine), 'spine-downlink'
-    (spine -> leaf), 'host-uplink' (host -> leaf).
-    """
-    spines, leaves = set(fabric.get("spines", [])), set(fabric.get("leaves", []))
-    hosts = set(fabric.get("hosts", {}))
-    qp = {}
-    for lk in (fabric.get("raw", {}) or {}).get("links", []) or []:
-        if isinstance(lk, dict) and lk.get("queue_packets") is not None:
-            qp[frozenset((str(lk.get("node1")), str(lk.get("node2"))))] = lk["queue_packets"]
-    out = {}
-    for lk in fabric.get("links", []):
-        for sw, peer, iface in ((lk["a"], lk["b"], lk["a_iface"]),
-                                (lk["b"], lk["a"], lk["b_iface"])):
-            if not iface:
-                continue
-            if sw in leaves and peer in hosts:
-                kind = "host-downlink"
-            elif sw in leaves and peer in spines:
-                kind = "uplink"
-            elif sw in spines:
-                kind = "spine-downlink"
-            elif sw in hosts:
-                kind = "host-uplink"
-            else:
-                kind = "other"
-            out[iface] = {"switch": sw, "peer": peer, "kind": kind, "rate_mbps": lk["rate_mbps"],
-                          "queue_packets": qp.get(frozenset((sw, peer)))}
-    return out
-
-
-def queue_summary(queues: pd.DataFrame, fabric: dict | None = None) -> pd.DataFrame:
+def queue_summary(queues: pd.DataFrame, fabric: FabricMap | None = None) -> pd.DataFrame:
     """Per egress port: drops, sent bytes/packets (increase over the run), backlog.
 
     Columns: iface, switch, port, peer, kind, drops (packets), sent_bytes, sent_pkts,
     max_backlog_pkts, mean_backlog_pkts, limit_pkts (queue limit if known), samples,
-    t_first, t_last. Sorted by drops, then max backlog, descending.
+    t_first, t_last. peer, kind (fabricmap's Egress.kind: 'host-downlink' leaf -> host,
+    'uplink' leaf -> spine, 'spine-downlink' spine -> leaf) and limit_pkts come from the
+    fabric map, None without one. Sorted by drops, then max backlog, descending.
     """
     cols = ["iface", "switch", "port", "peer", "kind", "drops", "sent_bytes", "sent_pkts",
             "max_backlog_pkts", "mean_backlog_pkts", "limit_pkts", "samples", "t_first",
             "t_last"]
     if queues.empty:
         return pd.DataFrame(columns=cols)
-    roles = port_roles(fabric or {})
     rows = []
     for iface, g in queues.groupby("iface", sort=True):
-        r = roles.get(iface, {})
+        e = fabric.link_of_iface(iface) if fabric else None
         rows.append({"iface": iface, "switch": g["switch"].iloc[0] if "switch" in g else "",
                      "port": g["port"].iloc[0] if "port" in g else None,
-                     "peer": r.get("peer"), "kind": r.get("kind"),
+                     "peer": e.peer if e else None, "kind": e.kind if e else None,
                      "drops": counter_increase(g["drops"]),
                      "sent_bytes": counter_increase(g["sent_bytes"]),
                      "sent_pkts": counter_increase(g["sent_pkts"]) if "sent_pkts" in g else np.nan,
                      "max_backlog_pkts": float(g["backlog_pkts"].max()),
                      "mean_backlog_pkts": float(g["backlog_pkts"].mean()),
-                     "limit_pkts": r.get("queue_packets"), "samples": len(g),
+                     "limit_pkts": e.queue_packets if e else None, "samples": len(g),
                      "t_first": float(g["t"].min()), "t_last": float(g["t"].max())})
     return (pd.DataFrame(rows, columns=cols)
             .sort_values(["drops", "max_backlog_pkts"], ascending=False, kind="stable")
             .reset_index(drop=True))
 
 
-def spine_links(fabric: dict) -> pd.DataFrame:
+def spine_links(fabric: FabricMap | None) -> pd.DataFrame:
     """Leaf<->spine link directions: iface (egress), switch, peer, spine, leaf, direction
     ('up' leaf->spine or 'down' spine->leaf), rate_mbps."""
     rows = []
-    spines = set(fabric.get("spines", []))
-    for iface, r in port_roles(fabric).items():
-        if r["kind"] == "uplink":
-            rows.append({"iface": iface, "switch": r["switch"], "peer": r["peer"],
-                         "spine": r["peer"], "leaf": r["switch"], "direction": "up",
-                         "rate_mbps": r["rate_mbps"]})
-        elif r["kind"] == "spine-downlink" and r["switch"] in spines:
-            rows.append({"iface": iface, "switch": r["switch"], "peer": r["peer"],
-                         "spine": r["switch"], "leaf": r["peer"], "direction": "down",
-                         "rate_mbps": r["rate_mbps"]})
+    for e in fabric.egresses() if fabric else []:
+        if e.kind == UPLINK:
+            rows.append({"iface": e.iface, "switch": e.node, "peer": e.peer,
+                         "spine": e.peer, "leaf": e.node, "direction": "up",
+                         "rate_mbps": e.bw_mbps})
+        elif e.kind == SPINE_DOWNLINK:
+            rows.append({"iface": e.iface, "switch": e.node, "peer": e.peer,
+                         "spine": e.node, "leaf": e.peer, "direction": "down",
+                         "rate_mbps": e.bw_mbps})
     return pd.DataFrame(rows, columns=["iface", "switch", "peer", "spine", "leaf", "direction",
                                        "rate_mbps"])
 
@@ -131,7 +98,7 @@ def _port_stats_as_queues(port_stats: pd.DataFrame) -> pd.DataFrame:
     return ps[["t", "iface", "sent_bytes"]]
 
 
-def fabric_balance(fabric: dict, queues: pd.DataFrame,
+def fabric_balance(fabric: FabricMap | None, queues: pd.DataFrame,
                    port_stats: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict]:
     """Bytes carried per spine link direction and how evenly (max/mean) they are spread.
 
@@ -207,20 +174,20 @@ def link_utilisation(queues: pd.DataFrame, ifaces, rates: dict | None = None,
     return out
 
 
-def path_ports(fabric: dict, src_host: str, dst_host: str, spine: str | None = None) -> list[str]:
+def path_ports(fabric: FabricMap | None, src_host: str, dst_host: str,
+               spine: str | None = None) -> list[str]:
     """Egress ports a packet from src_host to dst_host can cross, in order.
 
     Same leaf: [leaf->dst]. Otherwise [src leaf->spine, spine->dst leaf, dst leaf->dst]
-    for the given spine, or for every spine when it is not known.
+    for the given spine (a name), or for every spine in index order when it is not known.
     """
-    hosts = fabric.get("hosts", {})
-    if src_host not in hosts or dst_host not in hosts:
+    if fabric is None or fabric.host(src_host) is None or fabric.host(dst_host) is None:
         return []
-    sl, dl = hosts[src_host]["leaf"], hosts[dst_host]["leaf"]
-    last = egress_iface(fabric, dl, dst_host)
+    sl, dl = fabric.leaf_of(src_host), fabric.leaf_of(dst_host)
+    last = fabric.egress_iface(dl, dst_host)
     if sl == dl:
         return [p for p in [last] if p]
     out = []
-    for sp in ([spine] if spine else fabric.get("spines", [])):
-        out += [egress_iface(fabric, sl, sp), egress_iface(fabric, sp, dl)]
+    for sp in ([spine] if spine else fabric.spine_names):
+        out += [fabric.egress_iface(sl, sp), fabric.egress_iface(sp, dl)]
     return [p for p in out + [last] if p]

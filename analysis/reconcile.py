@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from incastlab.topologies.fabricmap import FabricMap
+
 from .pcap import ip_to_str
 from .queues import path_ports, queue_deltas
 from .rundir import counter_delta, host_by_ip, spine_lookup
@@ -66,7 +68,7 @@ def capture_drop_total(manifest: dict) -> int | None:
     return total
 
 
-def attribute_losses(lost: pd.DataFrame, fabric: dict, queues: pd.DataFrame,
+def attribute_losses(lost: pd.DataFrame, fabric: FabricMap | None, queues: pd.DataFrame,
                      flow_paths: pd.DataFrame | None = None,
                      window_s: float = 0.05) -> pd.DataFrame:
     """Add `port` and `attributed_by` to capture-inferred losses.
@@ -174,7 +176,8 @@ def port_table(queue_summary: pd.DataFrame, attributed: pd.DataFrame) -> pd.Data
                                        "unmatched"])
 
 
-def host_table(retrans: pd.DataFrame, counters: pd.DataFrame, fabric: dict) -> pd.DataFrame:
+def host_table(retrans: pd.DataFrame, counters: pd.DataFrame,
+               fabric: FabricMap | None) -> pd.DataFrame:
     """Per host: kernel TcpRetransSegs / timeouts / loss probes vs the captures' counts of
     retransmissions, RTO firings and TLPs of flows that host sent."""
     ip_host = host_by_ip(fabric)
@@ -211,7 +214,7 @@ def _natural(name: str):
 
 def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
               retrans: pd.DataFrame, spurious: pd.Series | None, counters: pd.DataFrame,
-              manifest: dict, captured_flows: int = 0, fabric: dict | None = None,
+              manifest: dict, captured_flows: int = 0, fabric: FabricMap | None = None,
               both_ends_flows: int | None = None) -> dict:
     """The run's reconciliation: totals from every source, per-port and per-host tables,
     and notes explaining the differences.
@@ -219,7 +222,6 @@ def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
     Returns {'totals': DataFrame(measure, source, value, meaning), 'ports': DataFrame,
     'hosts': DataFrame, 'notes': [str], 'numbers': {flat dict for metrics.json}}.
     """
-    fabric = fabric or {}
     tc_drops = float(queue_summary["drops"].sum()) if len(queue_summary) else None
     # losses (and spurious retransmissions) need flows captured at both ends
     both = captured_flows if both_ends_flows is None else both_ends_flows

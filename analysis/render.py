@@ -34,7 +34,7 @@ def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
         "timeline": lambda p: plotting.iteration_timeline(
             t["iterations"], a.t0, p, r[r["event"].astype(bool) & (r["kind"] == "rto")]
             if len(r) else None, t["queues_d"],
-            {h: v["ip"] for h, v in a.fabric.get("hosts", {}).items()}),
+            a.fabric.ip_by_host() if a.fabric else {}),
         "staleness": lambda p: plotting.staleness_hist(t["staleness"], p),
         "loss": lambda p: plotting.loss_curve(t["loss_curve"], a.t0, p),
         "balance": lambda p: plotting.spine_balance(t["balance"], t["utilisation"], a.t0, p),

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from incastlab.topologies.fabricmap import FabricMap
+
 from . import episodes as ep
 from . import render
 from . import queues as qmod
@@ -33,7 +35,7 @@ class Analysis:
     run_dir: Path
     manifest: dict
     spec: dict
-    fabric: dict
+    fabric: FabricMap | None  # None: the run has no (readable) fabric.json
     status: str
     reason: str
     t0: float
@@ -108,7 +110,7 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
 
     manifest = load(rundir.load_manifest, dict)
     spec = load(rundir.load_spec, dict)
-    fabric = load(rundir.load_fabric, rundir.empty_fabric)
+    fabric = load(rundir.load_fabric, None)
     status, reason = rundir.run_status(manifest)
     if rto_threshold_s is None:
         rto_threshold_s = rto_threshold_from_spec(spec)
@@ -124,7 +126,7 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
     if lossy:
         problems.append(f"tcpdump dropped packets on {', '.join(map(str, lossy))}: losses "
                         "inferred from those captures are overstated by the capture drops.")
-    if not fabric["hosts"]:
+    if fabric is None:
         missing["fabric"] = "no fabric.json: losses are not attributed to ports and spine " \
             "balance cannot be computed"
 
@@ -221,7 +223,7 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
     # training
     iters = guard("worker iterations", lambda: training.iterations(workers),
                   lambda: pd.DataFrame(columns=training.ITER_COLUMNS))
-    host_ips = {h: v["ip"] for h, v in fabric["hosts"].items()}
+    host_ips = fabric.ip_by_host() if fabric else {}
     iters_ev = guard("network events per iteration", lambda: training.with_network_events(
         iters, lost, retrans, qd, host_ips), lambda: training.with_network_events(
         iters.iloc[0:0], None, None, None))

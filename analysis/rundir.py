@@ -1,8 +1,8 @@
 """Loaders for the files of a run directory (docs/run-directory.md), tolerant of absence.
 
-Every loader returns an empty DataFrame / dict (never raises) when its file is missing,
-so each report section can say "no data" instead of failing. Malformed files raise
-with the file's name.
+Every loader returns an empty DataFrame / dict (never raises) when its file is missing
+(the fabric map: None), so each report section can say "no data" instead of failing.
+Malformed files raise with the file's name.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from incastlab.topologies import naming
+from incastlab.topologies.fabricmap import FabricMap
 
 QUEUE_COLUMNS = ["t", "switch", "port", "iface", "backlog_bytes", "backlog_pkts", "drops",
                  "overlimits", "sent_bytes", "sent_pkts", "requeues"]
@@ -148,120 +149,22 @@ def load_workers(run_dir) -> pd.DataFrame:
     return df
 
 
-def empty_fabric() -> dict:
-    """The normalised fabric of a run without fabric.json."""
-    return {"hosts": {}, "links": [], "spines": [], "leaves": [], "raw": {}}
+def load_fabric(run_dir) -> FabricMap | None:
+    """`fabric.json` as the typed fabric map (`incastlab.topologies.fabricmap`, the
+    code the topology writes it with), or None when the run has no fabric.json.
 
-
-def load_fabric(run_dir) -> dict:
-    """`fabric.json` (written by `topologies.leafspine.fabric_map`) normalised to
-    {'hosts': {name: {ip, leaf, rate_mbps}}, 'links': [{a, a_iface, b, b_iface,
-    rate_mbps}], 'spines': [names], 'leaves': [names]}.
-
-    Also accepted, so older or hand-written files work: hosts as a
-    list of objects with `name` and `ip` (or a dict name -> object); links as objects
-    with endpoints under `a`/`b`, `node1`/`node2` or `src`/`dst` and optional
-    interfaces (`a_iface`, `intf1`, `port1`, ...) and capacity (`rate_mbps`, `bw_mbps`,
-    `bw`, `capacity_mbps`). Switch roles come from `switches[].role` or from the name
-    (`sp*`/`spine*` spines, `lf*`/`leaf*` leaves).
+    A damaged file, or one that is not format version 1, raises FabricError (a
+    ValueError) naming the file and the field; nothing is guessed.
     """
     p = Path(run_dir) / "fabric.json"
-    empty = empty_fabric()
     if not p.exists():
-        return empty
-    try:
-        raw = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{p}: not valid JSON ({exc})") from None
-    out = dict(empty, raw=raw)
-
-    def items(obj):
-        if isinstance(obj, dict):
-            return [dict(v, name=k) if isinstance(v, dict) else {"name": k, "ip": v}
-                    for k, v in obj.items()]
-        return [x for x in (obj or []) if isinstance(x, dict)]
-
-    def first(d, *keys, default=None):
-        for k in keys:
-            if d.get(k) is not None:
-                return d[k]
-        return default
-
-    for h in items(raw.get("hosts")):
-        ip = str(first(h, "ip", "address", default="")).split("/")[0]
-        leaf = first(h, "leaf", "switch")
-        if isinstance(leaf, int):  # topologies.leafspine.fabric_map stores the index
-            leaf = naming.leaf_name(leaf)
-        out["hosts"][str(h.get("name"))] = {
-            "ip": ip, "leaf": leaf,
-            "rate_mbps": _num(first(h, "rate_mbps", "bw_mbps", "bw", "link_mbps",
-                                    default=raw.get("host_bw_mbps")))}
-    roles = {}
-    for s in items(raw.get("switches")):
-        roles[str(s.get("name"))] = str(s.get("role", "")).lower()
-    for link in items(raw.get("links")):
-        a = first(link, "a", "node1", "src", "from")
-        b = first(link, "b", "node2", "dst", "to")
-        if isinstance(a, dict):  # {"node": ..., "iface": ...}
-            link = dict(link, a_iface=first(a, "iface", "intf", "port"))
-            a = first(a, "node", "name")
-        if isinstance(b, dict):
-            link = dict(link, b_iface=first(b, "iface", "intf", "port"))
-            b = first(b, "node", "name")
-        out["links"].append({
-            "a": str(a), "b": str(b),
-            "a_iface": _iface(a, first(link, "a_iface", "intf1", "iface1", "port1")),
-            "b_iface": _iface(b, first(link, "b_iface", "intf2", "iface2", "port2")),
-            "rate_mbps": _num(first(link, "rate_mbps", "bw_mbps", "bw", "capacity_mbps"))})
-    names = set(roles) | {x for lk in out["links"] for x in (lk["a"], lk["b"])}
-    for name in sorted(names):
-        role = roles.get(name, "")
-        low = name.lower()
-        if role == "spine" or (not role and low.startswith(("sp", "spine"))):
-            out["spines"].append(name)
-        elif role == "leaf" or (not role and low.startswith(("lf", "leaf"))):
-            out["leaves"].append(name)
-    for hname, h in out["hosts"].items():
-        if not h["leaf"]:
-            for lk in out["links"]:
-                if hname in (lk["a"], lk["b"]):
-                    h["leaf"] = lk["b"] if lk["a"] == hname else lk["a"]
-                    h["rate_mbps"] = h["rate_mbps"] or lk["rate_mbps"]
-        elif not h["rate_mbps"]:
-            for lk in out["links"]:
-                if {hname, h["leaf"]} == {lk["a"], lk["b"]}:
-                    h["rate_mbps"] = lk["rate_mbps"]
-    return out
-
-
-def _num(x):
-    try:
-        return float(x) if x is not None else None
-    except (TypeError, ValueError):
         return None
+    return FabricMap.load(p)
 
 
-def _iface(node, port):
-    if port is None:
-        return None
-    if isinstance(port, (int, float)) or str(port).isdigit():
-        return f"{node}-eth{int(port)}"
-    return str(port)
-
-
-def egress_iface(fabric: dict, switch: str, peer: str) -> str | None:
-    """Interface of `switch` on its link to `peer` (its egress port towards peer)."""
-    for lk in fabric.get("links", []):
-        if lk["a"] == switch and lk["b"] == peer:
-            return lk["a_iface"]
-        if lk["b"] == switch and lk["a"] == peer:
-            return lk["b_iface"]
-    return None
-
-
-def host_by_ip(fabric: dict) -> dict[str, str]:
-    """{ip: host name} from fabric.json."""
-    return {h["ip"]: name for name, h in fabric.get("hosts", {}).items() if h.get("ip")}
+def host_by_ip(fabric: FabricMap | None) -> dict[str, str]:
+    """{ip: host name} from the fabric map ({} without one)."""
+    return {ip: name for name, ip in fabric.ip_by_host().items()} if fabric else {}
 
 
 def spine_lookup(flow_paths: pd.DataFrame):

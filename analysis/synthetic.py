@@ -14,6 +14,9 @@ from pathlib import Path
 from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 
+from incastlab.topologies import naming
+from incastlab.topologies.fabricmap import FabricMap, Host, Link, Switch
+
 MSS = 1000
 
 
@@ -137,7 +140,8 @@ def make_run_dir(run_dir, *, status="complete", reason="", pcaps=None, queues=No
 
     pcaps: {iface: TcpScript side list [(t, pkt)]} written with times t0 + t; queues: list of
     dict rows for queues.csv; counters: {host: (before_dict, after_dict)} written as
-    nstat JSON; workers: {rank: [event dicts]}; fabric: dict; spec_text: TOML text.
+    nstat JSON; workers: {rank: [event dicts]}; fabric: a FabricMap (written with its
+    own save(), as a run writes it); spec_text: TOML text.
     """
     import pandas as pd
     run_dir = Path(run_dir)
@@ -172,7 +176,7 @@ def make_run_dir(run_dir, *, status="complete", reason="", pcaps=None, queues=No
             (run_dir / "workers" / f"{rank}.jsonl").write_text(
                 "".join(json.dumps(e) + "\n" for e in events))
     if fabric is not None:
-        (run_dir / "fabric.json").write_text(json.dumps(fabric, indent=2))
+        fabric.save(run_dir / "fabric.json")
     return run_dir
 
 
@@ -230,28 +234,36 @@ def scenario_tcp(t0=1_700_000_000.0, **kw) -> tuple[TcpScript, dict]:
     return s, truth
 
 
-def demo_fabric(spines=2, leaves=2, hosts_per_leaf=2, rate_mbps=10.0, queue_packets=20):
-    """A fabric.json dict in the shape `topologies.leafspine.fabric_map` writes."""
-    sw = [{"name": f"sp{j}", "role": "spine", "index": j} for j in range(1, spines + 1)]
-    sw += [{"name": f"lf{i}", "role": "leaf", "index": i} for i in range(1, leaves + 1)]
-    hosts, links = [], []
+def demo_fabric(spines=2, leaves=2, hosts_per_leaf=2, rate_mbps=10.0,
+                queue_packets=20) -> FabricMap:
+    """The fabric map `topologies.leafspine.fabric_map` writes for
+    LeafSpineTopo(spines, leaves, hosts_per_leaf, host_bw=rate_mbps, fabric_bw=rate_mbps,
+    queue_packets=queue_packets), built without Mininet (the analysis never imports it);
+    a unit test checks the two are equal."""
+    sw = [Switch(naming.leaf_name(i), "leaf", i, naming.leaf_dpid(i))
+          for i in range(1, leaves + 1)]
+    sw += [Switch(naming.spine_name(j), "spine", j, naming.spine_dpid(j))
+           for j in range(1, spines + 1)]
+    hosts, links, uplinks = [], [], []  # Mininet lists host links first
     for i in range(1, leaves + 1):
+        leaf = naming.leaf_name(i)
         for k in range(1, hosts_per_leaf + 1):
-            n = (i - 1) * hosts_per_leaf + k
-            hosts.append({"name": f"h{n}", "leaf": i, "index": k, "ip": f"10.0.{i}.{k}",
-                          "leaf_port": k, "intf": f"h{n}-eth0"})
-            links.append({"node1": f"h{n}", "port1": 0, "node2": f"lf{i}", "port2": k,
-                          "intf1": f"h{n}-eth0", "intf2": f"lf{i}-eth{k}",
-                          "bw_mbps": rate_mbps, "queue_packets": queue_packets})
+            h = naming.host_name(i, k, hosts_per_leaf)
+            port = naming.leaf_host_port(k)
+            hosts.append(Host(h, i, k, naming.host_ip(i, k), naming.host_mac(i, k), port,
+                              naming.intf_name(h, 0)))
+            links.append(Link(h, 0, leaf, port, naming.intf_name(h, 0),
+                              naming.intf_name(leaf, port), rate_mbps, queue_packets))
         for j in range(1, spines + 1):
-            links.append({"node1": f"lf{i}", "port1": hosts_per_leaf + j, "node2": f"sp{j}",
-                          "port2": i, "intf1": f"lf{i}-eth{hosts_per_leaf + j}",
-                          "intf2": f"sp{j}-eth{i}", "bw_mbps": rate_mbps,
-                          "queue_packets": queue_packets})
-    return {"kind": "LeafSpineTopo", "spines": spines, "leaves": leaves,
-            "hosts_per_leaf": hosts_per_leaf, "host_bw_mbps": rate_mbps,
-            "fabric_bw_mbps": rate_mbps, "queue_packets": queue_packets,
-            "switches": sw, "hosts": hosts, "links": links}
+            spine = naming.spine_name(j)
+            up, down = naming.leaf_uplink_port(j, hosts_per_leaf), naming.spine_downlink_port(i)
+            uplinks.append(Link(leaf, up, spine, down, naming.intf_name(leaf, up),
+                                naming.intf_name(spine, down), rate_mbps, queue_packets))
+    return FabricMap(kind="LeafSpineTopo", spines=spines, leaves=leaves,
+                     hosts_per_leaf=hosts_per_leaf, host_bw_mbps=float(rate_mbps),
+                     fabric_bw_mbps=float(rate_mbps), queue_packets=queue_packets, delay=None,
+                     subnet=naming.SUBNET, switches=tuple(sw), hosts=tuple(hosts),
+                     links=tuple(links + uplinks))
 
 
 def make_demo_run(run_dir, status="complete", reason="", t0=1_700_000_000.0) -> dict:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from incastlab.topologies.fabricmap import FabricMap
+
 ITER_COLUMNS = ["file", "rank", "iteration", "t_start", "t_end", "duration_s", "compute_s",
                 "slowdown_s", "t_push",
                 "comm_s", "wait_s", "push_s", "pull_s", "allreduce_s", "bytes_sent",
@@ -202,7 +204,7 @@ def loss_curve(workers: pd.DataFrame) -> pd.DataFrame:
                          "loss": it["loss"].astype(float)})
 
 
-def ring_bound(workers: pd.DataFrame, fabric: dict) -> pd.DataFrame:
+def ring_bound(workers: pd.DataFrame, fabric: FabricMap | None) -> pd.DataFrame:
     """Ring all-reduce time vs the bandwidth bound 2(N-1)/N * M / B.
 
     M = gradient_bytes from the start events, N = world_size, B = the host link rate
@@ -215,7 +217,8 @@ def ring_bound(workers: pd.DataFrame, fabric: dict) -> pd.DataFrame:
         return pd.DataFrame(columns=["rank", "iteration", "allreduce_s", "bound_s", "ratio"])
     n = pd.to_numeric(s.get("world_size"), errors="coerce").dropna()
     m = pd.to_numeric(s.get("gradient_bytes"), errors="coerce").dropna()
-    rates = [h.get("rate_mbps") for h in fabric.get("hosts", {}).values() if h.get("rate_mbps")]
+    # each host's rate is that of its own link (its egress towards its leaf)
+    rates = [fabric.link_of_iface(h.intf).bw_mbps for h in fabric.hosts] if fabric else []
     if not len(n) or not len(m) or not rates:
         bound = np.nan
     else:

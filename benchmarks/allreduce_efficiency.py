@@ -264,18 +264,18 @@ def run_fabric(args: argparse.Namespace) -> list[Result]:
     topo = LeafSpineTopo(2, leaves, per_leaf, host_bw=args.bandwidth_mbps,
                          fabric_bw=per_leaf * args.bandwidth_mbps, queue_packets=100)
     with Fabric(topo, policy="ecmp", run_dir=out / "fabric") as fab:
-        hosts = fabric_map(topo)["hosts"]
+        hosts = fabric_map(topo).hosts
         logs = []
 
         def launch(rank: int, i: int, argv: list[str]):
-            err = open(out / f"{hosts[i]['name']}-{len(logs)}.stderr", "w")
+            err = open(out / f"{hosts[i].name}-{len(logs)}.stderr", "w")
             logs.append(err)
-            return fab.popen(hosts[i]["name"], argv, f"bench rank {rank}",
+            return fab.popen(hosts[i].name, argv, f"bench rank {rank}",
                              stdout=subprocess.DEVNULL, stderr=err)
 
         try:
-            return measure([h["ip"] for h in hosts], args.bandwidth_mbps, launch, out,
-                           ifaces=[h["intf"] for h in hosts], size_bytes=args.size_bytes,
+            return measure([h.ip for h in hosts], args.bandwidth_mbps, launch, out,
+                           ifaces=[h.intf for h in hosts], size_bytes=args.size_bytes,
                            world_sizes=tuple(args.world_sizes), reps=args.reps,
                            timeout=args.timeout, monitor=lambda: CpuMonitor(0.5))
         finally:

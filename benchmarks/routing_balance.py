@@ -86,7 +86,7 @@ def host_pairs(topo) -> list[tuple[str, str]]:
 def one_run(fab, pairs, flows: int, port: int, seconds: float) -> dict:
     per_client = [flows // len(pairs) + (1 if n < flows % len(pairs) else 0)
                   for n in range(len(pairs))]
-    spines = [s for s in fab.topo.switches() if s.startswith("sp")]
+    spines = fab.topo.fabric_map().spine_names
     servers, clients = [], []
     try:
         for (_, dst), streams in zip(pairs, per_client, strict=True):

@@ -4,7 +4,9 @@ A policy app subclasses FabricApp and only decides how a leaf reaches the hosts 
 other leaves (see single.py, ecmp.py, spread.py, adaptive.py). This module does the
 rest:
 
-- the fabric comes from fabric.json (see fabricmap.py for why not LLDP);
+- the fabric comes from fabric.json (topologies/fabricmap.py), not from LLDP discovery:
+  the topology is fixed before the switches connect, so reading it is deterministic and
+  routes can be installed without a discovery delay;
 - ARP is answered by the controller from that map (packet-in -> packet-out reply).
   Nothing is ever flooded: a leaf-spine fabric has loops;
 - every switch gets its proactive routes (hosts on their leaf, spines down to every
@@ -259,7 +261,7 @@ class FabricApp(app_manager.OSKenApp):
         self.install_exact(self.datapaths.get(dp.id), key, paths.uplink_port(
             self.fabric, src.leaf, spine))
         if new:
-            self.install_exact(self.datapaths.get(self.fabric.leaves[dst.leaf].dpid),
+            self.install_exact(self.datapaths.get(self.fabric.leaf(dst.leaf).dpid),
                                key.reversed(),
                                paths.uplink_port(self.fabric, dst.leaf, spine))
             self.record_path(key, key.src_ip, key.dst_ip, spine)

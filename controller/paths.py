@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from incastlab.controller.fabricmap import FabricMap, Host
+from incastlab.topologies.fabricmap import FabricMap, Host
 
 TCP, UDP = 6, 17
 
@@ -53,10 +53,10 @@ def host_rules(fabric: FabricMap) -> list[Rule]:
     hosts (those are the policy's choice). Installed proactively for all policies."""
     rules = []
     for host in fabric.hosts:
-        rules.append(Rule(fabric.leaves[host.leaf].dpid, host.ip, host.port))
-        for spine in sorted(fabric.spines):
-            rules.append(Rule(fabric.spines[spine].dpid, host.ip,
-                              fabric.uplinks[(host.leaf, spine)].spine_port))
+        rules.append(Rule(fabric.leaf(host.leaf).dpid, host.ip, host.leaf_port))
+        for spine in fabric.spine_indices:
+            rules.append(Rule(fabric.spine(spine).dpid, host.ip,
+                              fabric.uplink(host.leaf, spine).spine_port))
     return rules
 
 
@@ -66,12 +66,12 @@ def remote_hosts(fabric: FabricMap, leaf: int) -> list[Host]:
 
 
 def spine_indices(fabric: FabricMap) -> list[int]:
-    return sorted(fabric.spines)
+    return fabric.spine_indices
 
 
 def uplink_port(fabric: FabricMap, leaf: int, spine: int) -> int:
     """Port of leaf ``leaf`` facing spine ``spine``."""
-    return fabric.uplinks[(leaf, spine)].leaf_port
+    return fabric.uplink(leaf, spine).leaf_port
 
 
 def uplink_ports(fabric: FabricMap, leaf: int) -> list[int]:
@@ -90,20 +90,20 @@ def path(fabric: FabricMap, src_ip: str, dst_ip: str, spine: int | None = None) 
     if src is None or dst is None:
         raise KeyError(f"not a host of this fabric: {src_ip if src is None else dst_ip}")
     if src.leaf == dst.leaf:
-        return [Hop(fabric.leaves[src.leaf].dpid, dst.port)]
-    if spine not in fabric.spines:
+        return [Hop(fabric.leaf(src.leaf).dpid, dst.leaf_port)]
+    if spine not in fabric.spine_indices:
         raise ValueError(f"spine must be one of {spine_indices(fabric)}, got {spine!r}")
-    return [Hop(fabric.leaves[src.leaf].dpid, uplink_port(fabric, src.leaf, spine)),
-            Hop(fabric.spines[spine].dpid, fabric.uplinks[(dst.leaf, spine)].spine_port),
-            Hop(fabric.leaves[dst.leaf].dpid, dst.port)]
+    return [Hop(fabric.leaf(src.leaf).dpid, uplink_port(fabric, src.leaf, spine)),
+            Hop(fabric.spine(spine).dpid, fabric.uplink(dst.leaf, spine).spine_port),
+            Hop(fabric.leaf(dst.leaf).dpid, dst.leaf_port)]
 
 
 def path_links(fabric: FabricMap, src_leaf: int, dst_leaf: int, spine: int
                ) -> list[tuple[int, int]]:
     """(dpid, egress port) of the two fabric links an inter-leaf flow loads on
     ``spine``: the source leaf's uplink and the spine's downlink to the destination leaf."""
-    return [(fabric.leaves[src_leaf].dpid, uplink_port(fabric, src_leaf, spine)),
-            (fabric.spines[spine].dpid, fabric.uplinks[(dst_leaf, spine)].spine_port)]
+    return [(fabric.leaf(src_leaf).dpid, uplink_port(fabric, src_leaf, spine)),
+            (fabric.spine(spine).dpid, fabric.uplink(dst_leaf, spine).spine_port)]
 
 
 def least_loaded_spine(fabric: FabricMap, src_leaf: int, dst_leaf: int,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from incastlab.controller.fabricmap import FabricError, FabricMap, load_fabric
+from incastlab.topologies.fabricmap import FabricError, FabricMap
 from incastlab.controller.ovs_ext import DEFAULT_HASH_FIELDS, HASH_FIELDS
 
 
@@ -87,13 +87,13 @@ def build_settings(policy: str, port: int, fabric_path: str, out_dir: str,
                           f"policy {policy!r}, got {poll_interval!r}")
     if fabric is None:
         try:
-            fabric = load_fabric(fabric_path)
+            fabric = FabricMap.load(fabric_path)
         except FabricError as e:
             raise OptionError(f"--fabric: {e}") from None
     if spine is None:
         spine = 1
-    if policy == "single" and spine not in fabric.spines:
-        allowed = sorted(fabric.spines) or "none (the fabric has no spine)"
+    if policy == "single" and spine not in fabric.spine_indices:
+        allowed = fabric.spine_indices or "none (the fabric has no spine)"
         if fabric.spines or spine != 1:
             raise OptionError(f"--spine must be one of {allowed}, got {spine!r}")
     if idle_timeout is None:

@@ -29,6 +29,7 @@ from incastlab.clean import clean, clean_state
 from incastlab.lock import RunLock
 from incastlab.preflight import Capabilities, run_preflight
 from incastlab.state import RunState
+from incastlab.topologies.fabricmap import FabricMap
 from incastlab.topologies.leafspine import fabric_map
 from incastlab.topologies.links import QueuedLink, QueuedOVSSwitch
 
@@ -123,9 +124,8 @@ class Fabric:
         fmap = fabric_map(self.topo)
         # Record names before creating them: a crash in between still gets cleaned.
         self.state.add("bridges", self.topo.switches())
-        self.state.add("interfaces", [lk["intf1"] for lk in fmap["links"]]
-                       + [lk["intf2"] for lk in fmap["links"]])
-        (self.run_dir / "fabric.json").write_text(json.dumps(fmap, indent=1))
+        self.state.add("interfaces", [e.iface for e in fmap.egresses()])
+        fmap.save(self.run_dir / "fabric.json")
         self._start_controller()
         setLogLevel(os.environ.get("INCASTLAB_MININET_LOG", "warning"))
         # OpenFlow 1.5 beside 1.3: only 1.5 can set a select group's selection_method,
@@ -216,9 +216,9 @@ class Fabric:
                 tail += path.read_text(errors="replace")[-1500:]
         return f"the controller exited with status {self.controller.returncode}:\n{tail}"
 
-    def _wait_ready(self, fmap: dict) -> None:
+    def _wait_ready(self, fmap: FabricMap) -> None:
         deadline = time.monotonic() + self.ready_timeout
-        want = {sw["dpid"] for sw in fmap["switches"]}
+        want = set(fmap.dpids)
         ready_file = self.run_dir / "controller_ready.json"
         step = "switches connecting to the controller"
         while True:

@@ -14,6 +14,7 @@ from incastlab.analysis.pcap import ip_to_int, read_pcap
 from incastlab.analysis.report import build_report
 from incastlab.runner import check_ready, run_experiment
 from incastlab.spec import load_spec
+from incastlab.topologies.fabricmap import FabricMap
 from tests.rootnet import free_port, overtaken_segments
 
 pytestmark = pytest.mark.root
@@ -105,14 +106,14 @@ def test_ring_captures_agree_with_the_kernel(tmp_path):
     assert abs(kernel - rec["capture_retrans"]) <= 0.05 * kernel + 5, rec
     assert rec["capture_spurious"] <= 0.1 * rec["capture_retrans"] + 3, rec
     # at each ring host's own interface (after its qdisc) every flow's data leaves in order
-    fabric = json.loads((tmp_path / "fabric.json").read_text())
+    fabric = FabricMap.load(tmp_path / "fabric.json")
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     ring_hosts = {p["host"] for p in manifest["processes"]}
     checked = 0
-    for host in fabric["hosts"]:
-        if host["name"] in ring_hosts:
-            df = read_pcap(tmp_path / "pcap" / f"{host['intf']}.pcap", cache=False)
-            sent = df[(df.proto == 6) & df.hdr_ok & (df.src == ip_to_int(host["ip"]))]
-            assert overtaken_segments(sent) == 0, f"{host['name']} reordered a flow's data"
+    for host in fabric.hosts:
+        if host.name in ring_hosts:
+            df = read_pcap(tmp_path / "pcap" / f"{host.intf}.pcap", cache=False)
+            sent = df[(df.proto == 6) & df.hdr_ok & (df.src == ip_to_int(host.ip))]
+            assert overtaken_segments(sent) == 0, f"{host.name} reordered a flow's data"
             checked += 1
     assert checked == 3, ring_hosts

@@ -8,12 +8,13 @@ import pytest
 
 from incastlab.analysis import episodes, queues, reconcile, rundir
 from incastlab.analysis.synthetic import demo_fabric
+from incastlab.topologies.fabricmap import FabricError
 
 T0 = 1_700_000_000.0
 
 
-def _fabric(tmp_path, data):
-    (tmp_path / "fabric.json").write_text(json.dumps(data))
+def _fabric(tmp_path, fabric):
+    fabric.save(tmp_path / "fabric.json")
     return rundir.load_fabric(tmp_path)
 
 
@@ -24,14 +25,17 @@ def test_counter_increase_handles_resets_and_gaps():
     assert queues.counter_increase([4]) == 0
 
 
-def test_fabric_normalisation_and_roles(tmp_path):
+def test_fabric_roles_and_paths(tmp_path):
     f = _fabric(tmp_path, demo_fabric())
-    assert f["spines"] == ["sp1", "sp2"] and f["leaves"] == ["lf1", "lf2"]
-    assert f["hosts"]["h3"] == {"ip": "10.0.2.1", "leaf": "lf2", "rate_mbps": 10.0}
-    roles = queues.port_roles(f)
-    assert roles["lf2-eth1"]["kind"] == "host-downlink" and roles["lf2-eth1"]["peer"] == "h3"
-    assert roles["lf1-eth3"]["kind"] == "uplink" and roles["sp2-eth1"]["kind"] == "spine-downlink"
-    assert roles["lf1-eth3"]["queue_packets"] == 20
+    assert f == demo_fabric()
+    assert f.spine_names == ["sp1", "sp2"] and f.leaf_names == ["lf1", "lf2"]
+    assert (f.host("h3").ip, f.leaf_of("h3"), f.link_of_iface("h3-eth0").bw_mbps) == (
+        "10.0.2.1", "lf2", 10.0)
+    e = f.link_of_iface("lf2-eth1")
+    assert (e.kind, e.peer) == ("host-downlink", "h3")
+    assert f.link_of_iface("lf1-eth3").kind == "uplink"
+    assert f.link_of_iface("sp2-eth1").kind == "spine-downlink"
+    assert f.link_of_iface("lf1-eth3").queue_packets == 20
     assert queues.path_ports(f, "h1", "h3", "sp2") == ["lf1-eth4", "sp2-eth2", "lf2-eth1"]
     assert queues.path_ports(f, "h1", "h3") == ["lf1-eth3", "sp1-eth2", "lf1-eth4",
                                                 "sp2-eth2", "lf2-eth1"]
@@ -39,20 +43,21 @@ def test_fabric_normalisation_and_roles(tmp_path):
     assert queues.path_ports(f, "h1", "h99") == []
 
 
-def test_fabric_alternative_shape(tmp_path):
-    f = _fabric(tmp_path, {"hosts": {"a": {"ip": "10.1.0.1/24"}, "b": "10.1.0.2"},
-                           "links": [{"a": "a", "b": "leaf1", "a_iface": "a-eth0",
-                                      "b_iface": 1, "rate_mbps": 50},
-                                     {"src": "b", "dst": "leaf1", "port2": "leaf1-eth2"}]})
-    assert f["hosts"]["a"] == {"ip": "10.1.0.1", "leaf": "leaf1", "rate_mbps": 50.0}
-    assert f["hosts"]["b"]["leaf"] == "leaf1" and f["leaves"] == ["leaf1"]
-    assert rundir.egress_iface(f, "leaf1", "a") == "leaf1-eth1"
+def test_fabric_spellings_the_old_lenient_reader_took_are_refused(tmp_path):
+    """One reader, the writer's format only: no alternative keys, no roles from names."""
+    (tmp_path / "fabric.json").write_text(json.dumps(
+        {"hosts": {"a": {"ip": "10.1.0.1/24"}, "b": "10.1.0.2"},
+         "links": [{"a": "a", "b": "leaf1", "a_iface": "a-eth0", "b_iface": 1,
+                    "rate_mbps": 50}]}))
+    with pytest.raises(FabricError, match="format_version is missing"):
+        rundir.load_fabric(tmp_path)
 
 
 def test_missing_files_give_empty_tables(tmp_path):
     assert rundir.load_queues(tmp_path).empty and rundir.load_counters(tmp_path).empty
     assert rundir.load_workers(tmp_path).empty and rundir.load_manifest(tmp_path) == {}
-    assert rundir.load_fabric(tmp_path) == rundir.empty_fabric()
+    assert rundir.load_fabric(tmp_path) is None
+    assert queues.path_ports(None, "h1", "h2") == [] and rundir.host_by_ip(None) == {}
     assert rundir.counter_delta(rundir.load_counters(tmp_path), "TcpRetransSegs") is None
 
 
@@ -85,11 +90,11 @@ def test_incast_means_many_senders_to_one_receiver(tmp_path, receivers, incast):
     from incastlab.analysis.pcap import ip_to_int
     from incastlab.topologies.leafspine import LeafSpineTopo, fabric_map
 
-    (tmp_path / "fabric.json").write_text(json.dumps(fabric_map(LeafSpineTopo(2, 2, 2))))
+    fabric_map(LeafSpineTopo(2, 2, 2)).save(tmp_path / "fabric.json")
     fabric = rundir.load_fabric(tmp_path)
-    uplink = queues.egress_iface(fabric, "lf1", "sp1")
+    uplink = fabric.egress_iface("lf1", "sp1")
     rows = _q(uplink, [0, 10, 10, 0], [0, 0, 2, 2])
-    ip = {h: ip_to_int(v["ip"]) for h, v in fabric["hosts"].items()}
+    ip = {h: ip_to_int(v) for h, v in fabric.ip_by_host().items()}
     tcp = pd.DataFrame([{"t": T0 + 0.01 + k * 0.001, "src": ip[src], "dst": ip[dst],
                          "sport": 40000 + n, "dport": 5201, "payload_len": 1448}
                         for n, (src, dst) in enumerate(zip(("h1", "h2"), receivers, strict=True))

@@ -25,6 +25,8 @@ import time
 
 import pytest
 
+from incastlab.topologies.fabricmap import FabricMap
+
 pytestmark = pytest.mark.root
 
 LOCK_PATH = "/tmp/incastlab-dev.lock"
@@ -72,8 +74,7 @@ class Up:
 
     def __init__(self, fab):
         self.fab, self.net, self.out = fab, fab.net, str(fab.run_dir)
-        with open(os.path.join(self.out, "fabric.json")) as f:
-            self.fmap = json.load(f)
+        self.fmap = FabricMap.load(os.path.join(self.out, "fabric.json"))
 
     def log(self) -> str:
         with open(os.path.join(self.out, "controller.log")) as f:
@@ -101,7 +102,7 @@ def fabric(tmp_path):
         u = Up(fab)
         with open(os.path.join(u.out, "controller_ready.json")) as f:
             ready = json.load(f)
-        assert sorted(ready["switches"]) == sorted(s["dpid"] for s in u.fmap["switches"])
+        assert sorted(ready["switches"]) == u.fmap.dpids
         return u
 
     try:
@@ -201,7 +202,7 @@ def read_csv(path):
 def check_stats(out, fmap) -> None:
     rows = read_csv(os.path.join(out, "port_stats.csv"))
     switches = {r["switch"] for r in rows}
-    assert switches == {s["name"] for s in fmap["switches"]}
+    assert switches == {s.name for s in fmap.switches}
     assert {"h1", "sp1", "sp2", "lf1", "lf2"} <= {r["peer"] for r in rows}
 
 

@@ -9,14 +9,16 @@ from types import SimpleNamespace
 import pytest
 
 from incastlab.controller import paths
-from incastlab.controller.fabricmap import FabricError, fabric_from_dict
 from incastlab.controller.registry import POLICIES, OptionError, build_settings
+from incastlab.topologies.fabricmap import FabricError, FabricMap
 from incastlab.topologies.leafspine import LeafSpineTopo, StarTopo
 
 
 def fmap(spines=2, leaves=2, hosts_per_leaf=4, **kw):
-    return fabric_from_dict(LeafSpineTopo(spines=spines, leaves=leaves,
-                                          hosts_per_leaf=hosts_per_leaf, **kw).fabric_map())
+    """The map as the controller gets it: written by the topology, read from JSON."""
+    return FabricMap.from_json(LeafSpineTopo(spines=spines, leaves=leaves,
+                                             hosts_per_leaf=hosts_per_leaf, **kw)
+                               .fabric_map().to_json())
 
 
 # ---- fabric map and paths --------------------------------------------------------------
@@ -27,19 +29,19 @@ def test_host_rules_cover_every_switch_and_host(spines, leaves, hpl):
     rules = paths.host_rules(f)
     hosts = leaves * hpl
     assert len(rules) == hosts * (1 + spines)  # own leaf + every spine
-    for spine in f.spines.values():
+    for spine in map(f.spine, f.spine_indices):
         mine = {r.ip_dst: r.out_port for r in rules if r.dpid == spine.dpid}
         assert len(mine) == hosts
         for h in f.hosts:
             assert mine[h.ip] == h.leaf  # spine port i faces leaf i (naming.py)
-    for leaf in f.leaves.values():
+    for leaf in map(f.leaf, f.leaf_indices):
         mine = {r.ip_dst: r.out_port for r in rules if r.dpid == leaf.dpid}
-        assert mine == {h.ip: h.port for h in f.hosts_on(leaf.index)}
+        assert mine == {h.ip: h.leaf_port for h in f.hosts_on(leaf.index)}
 
 
 def test_paths_two_by_two():
     f = fmap(2, 2, 4)
-    lf1, lf2, sp2 = f.leaves[1].dpid, f.leaves[2].dpid, f.spines[2].dpid
+    lf1, lf2, sp2 = f.leaf(1).dpid, f.leaf(2).dpid, f.spine(2).dpid
     assert paths.path(f, "10.0.1.1", "10.0.1.3") == [paths.Hop(lf1, 3)]
     assert paths.path(f, "10.0.1.1", "10.0.2.4", spine=2) == [
         paths.Hop(lf1, 6), paths.Hop(sp2, 2), paths.Hop(lf2, 4)]
@@ -51,20 +53,20 @@ def test_paths_two_by_two():
 
 
 def test_paths_on_a_star():
-    f = fabric_from_dict(StarTopo(senders=4).fabric_map())
-    assert f.spines == {} and len(f.leaves) == 1
+    f = FabricMap.from_json(StarTopo(senders=4).fabric_map().to_json())
+    assert f.spine_indices == [] and f.leaf_indices == [1]
     assert paths.spine_indices(f) == [] and paths.uplink_ports(f, 1) == []
     assert paths.remote_hosts(f, 1) == []
     assert len(paths.host_rules(f)) == 5
-    assert paths.path(f, "10.0.1.1", "10.0.1.5") == [paths.Hop(f.leaves[1].dpid, 5)]
+    assert paths.path(f, "10.0.1.1", "10.0.1.5") == [paths.Hop(f.leaf(1).dpid, 5)]
 
 
 def test_path_links_and_least_loaded():
     f = fmap(3, 3, 2)
     links = paths.path_links(f, 1, 3, 2)
-    assert links == [(f.leaves[1].dpid, 2 + 2), (f.spines[2].dpid, 3)]
-    util = {(f.leaves[1].dpid, 3): 0.5, (f.spines[2].dpid, 3): 0.2,
-            (f.leaves[1].dpid, 5): 0.1, (f.spines[3].dpid, 3): 0.15}
+    assert links == [(f.leaf(1).dpid, 2 + 2), (f.spine(2).dpid, 3)]
+    util = {(f.leaf(1).dpid, 3): 0.5, (f.spine(2).dpid, 3): 0.2,
+            (f.leaf(1).dpid, 5): 0.1, (f.spine(3).dpid, 3): 0.15}
     assert paths.least_loaded_spine(f, 1, 3, util) == 2    # 0.2 < 0.25 (sp3), 0.5 (sp1)
     assert paths.least_loaded_spine(f, 1, 3, {}) == 1      # tie: lowest index
 
@@ -82,27 +84,27 @@ def test_flow_key_reverse():
 
 def test_capacities_and_peers_from_fabric_json():
     f = fmap(2, 2, 4, host_bw=20, fabric_bw=35)
-    lf1 = f.leaves[1].dpid
+    lf1 = f.leaf(1).dpid
     assert f.capacity_mbps(lf1, 1) == 20.0
     assert f.capacity_mbps(lf1, 5) == 35.0
     assert f.ports(lf1)[6].peer == "sp2"
-    assert f.ports(f.spines[1].dpid)[2].peer == "lf2"
+    assert f.ports(f.spine(1).dpid)[2].peer == "lf2"
 
 
 def test_fabric_errors_name_the_field():
-    data = LeafSpineTopo(spines=2, leaves=2, hosts_per_leaf=2).fabric_map()
+    data = LeafSpineTopo(spines=2, leaves=2, hosts_per_leaf=2).fabric_map().to_dict()
     broken = json.loads(json.dumps(data))
     broken["links"] = [link for link in broken["links"] if link["node2"] != "sp2"]
     with pytest.raises(FabricError, match="exactly one link to every spine"):
-        fabric_from_dict(broken)
+        FabricMap.from_dict(broken)
     broken = json.loads(json.dumps(data))
     del broken["hosts"][0]["mac"]
     with pytest.raises(FabricError, match=r"hosts\[0\]: missing field 'mac'"):
-        fabric_from_dict(broken)
+        FabricMap.from_dict(broken)
     broken = json.loads(json.dumps(data))
     broken["switches"][0]["role"] = "core"
     with pytest.raises(FabricError, match=r"switches\[0\].role"):
-        fabric_from_dict(broken)
+        FabricMap.from_dict(broken)
 
 
 # ---- options ------------------------------------------------------------------------
@@ -110,8 +112,7 @@ def test_fabric_errors_name_the_field():
 @pytest.fixture
 def fabric_file(tmp_path):
     path = tmp_path / "fabric.json"
-    path.write_text(json.dumps(LeafSpineTopo(spines=2, leaves=2, hosts_per_leaf=4)
-                               .fabric_map()))
+    LeafSpineTopo(spines=2, leaves=2, hosts_per_leaf=4).fabric_map().save(path)
     return str(path)
 
 
@@ -126,7 +127,7 @@ def fabric_file(tmp_path):
     ({"policy": "spread", "idle_timeout": 0}, "--idle-timeout must be an integer from 1"),
     ({"port": 70000}, "--port must be an integer from 1 to 65535"),
     ({"out_dir": "/nonexistent/dir"}, "--out '/nonexistent/dir' must be an existing"),
-    ({"fabric_path": "/nonexistent.json"}, "--fabric: --fabric /nonexistent.json: cannot"),
+    ({"fabric_path": "/nonexistent.json"}, "--fabric: /nonexistent.json: cannot read"),
 ])
 def test_bad_options_refused(fabric_file, tmp_path, kwargs, message):
     args = {"policy": "single", "port": 6653, "fabric_path": fabric_file,
@@ -223,7 +224,7 @@ def no_flood(dps):
 
 def test_proactive_rules_and_readiness(tmp_path):
     app, f, dps = make_app("single", tmp_path)
-    lf1, sp1 = dps[f.leaves[1].dpid], dps[f.spines[1].dpid]
+    lf1, sp1 = dps[f.leaf(1).dpid], dps[f.spine(1).dpid]
     # a clean slate first, then routes, then one barrier
     assert lf1.sent[0].command == lf1.ofproto.OFPFC_DELETE
     assert type(lf1.sent[-1]).__name__ == "OFPBarrierRequest"
@@ -244,7 +245,7 @@ def test_proactive_rules_and_readiness(tmp_path):
 
 def test_single_routes_every_remote_host_over_spine(tmp_path):
     app, f, dps = make_app("single", tmp_path, spine=2)
-    for leaf in f.leaves.values():
+    for leaf in map(f.leaf, f.leaf_indices):
         remote = {m.match["ipv4_dst"]: outputs(m) for m in flows(dps[leaf.dpid], 10)}
         assert remote == {h.ip: [("OFPActionOutput", 4 + 2)]
                           for h in paths.remote_hosts(f, leaf.index)}
@@ -258,7 +259,7 @@ def test_single_routes_every_remote_host_over_spine(tmp_path):
 
 def test_ecmp_select_group(tmp_path):
     app, f, dps = make_app("ecmp", tmp_path)
-    for leaf in f.leaves.values():
+    for leaf in map(f.leaf, f.leaf_indices):
         dp = dps[leaf.dpid]
         adds = [m for m in dp.of("OFPGroupMod") if m.command == dp.ofproto.OFPGC_ADD]
         assert len(adds) == 1
@@ -271,7 +272,7 @@ def test_ecmp_select_group(tmp_path):
         assert all(outputs(m) == [("OFPActionGroup", 1)] for m in remote)
         # the group is added before the flows that point at it
         assert dp.sent.index(group) < dp.sent.index(remote[0])
-    assert all(not dps[s.dpid].of("OFPGroupMod")[1:] for s in f.spines.values())
+    assert all(not dps[s.dpid].of("OFPGroupMod")[1:] for s in map(f.spine, f.spine_indices))
     no_flood(dps)
     app.close()
 
@@ -289,7 +290,7 @@ def tcp_packet_in(dp, src, dst, sport, dport, in_port):
 
 def test_spread_places_round_robin_both_directions(tmp_path):
     app, f, dps = make_app("spread", tmp_path, idle_timeout=7)
-    lf1, lf2 = dps[f.leaves[1].dpid], dps[f.leaves[2].dpid]
+    lf1, lf2 = dps[f.leaf(1).dpid], dps[f.leaf(2).dpid]
     ctl = [("OFPActionOutput", lf1.ofproto.OFPP_CONTROLLER)]
     assert all(outputs(m) == ctl for m in flows(lf1, 10))
     finish_barriers(app, dps)
@@ -324,7 +325,7 @@ def test_spread_places_round_robin_both_directions(tmp_path):
 
 def test_flow_removed_forgets_placement(tmp_path):
     app, f, dps = make_app("spread", tmp_path)
-    lf1 = dps[f.leaves[1].dpid]
+    lf1 = dps[f.leaf(1).dpid]
     app._packet_in(tcp_packet_in(lf1, "10.0.1.1", "10.0.2.1", 40000, 5201, 1))
     fwd = flows(lf1, 30)[0]
     app._flow_removed(SimpleNamespace(msg=SimpleNamespace(cookie=fwd.cookie, match=fwd.match)))
@@ -335,8 +336,8 @@ def test_flow_removed_forgets_placement(tmp_path):
 
 def test_adaptive_picks_least_loaded_spine(tmp_path):
     app, f, dps = make_app("adaptive", tmp_path, poll_interval=0.2)
-    lf1 = dps[f.leaves[1].dpid]
-    sp1 = f.spines[1].dpid
+    lf1 = dps[f.leaf(1).dpid]
+    sp1 = f.spine(1).dpid
     # spine 1's downlink to leaf 2 carried 30 of its 40 Mbit/s in the last window
     app.load.update(sp1, 2, 0.0, 0)
     app.load.update(sp1, 2, 1.0, 30_000_000 // 8)
@@ -357,7 +358,7 @@ def test_adaptive_picks_least_loaded_spine(tmp_path):
 def test_arp_answered_from_the_map_never_flooded(tmp_path):
     from os_ken.lib.packet import arp, ethernet, packet
     app, f, dps = make_app("ecmp", tmp_path)
-    lf1 = dps[f.leaves[1].dpid]
+    lf1 = dps[f.leaf(1).dpid]
     lf1.sent.clear()
 
     def ask(target):
@@ -386,7 +387,7 @@ def test_arp_answered_from_the_map_never_flooded(tmp_path):
 
 def test_port_stats_rows_and_load(tmp_path):
     app, f, dps = make_app("single", tmp_path)
-    lf1 = dps[f.leaves[1].dpid]
+    lf1 = dps[f.leaf(1).dpid]
     parser = lf1.ofproto_parser
 
     def reply(tx):
@@ -450,7 +451,7 @@ def test_ecmp_on_openflow15_sets_the_hash_explicitly(tmp_path):
     f = fmap(2, 2, 4)
     settings = build_settings("ecmp", 6653, "fabric.json", str(tmp_path), fabric=f)
     app = EcmpApp(settings=settings)
-    dp = DummyDatapath(f.leaves[1].dpid)
+    dp = DummyDatapath(f.leaf(1).dpid)
     dp.ofproto, dp.ofproto_parser = ofproto_v1_5, ofproto_v1_5_parser
     app._switch_features(SimpleNamespace(msg=SimpleNamespace(datapath=dp)))
     group = [m for m in dp.of("OFPGroupMod") if m.command == dp.ofproto.OFPGC_ADD][0]
@@ -468,13 +469,13 @@ def test_ecmp_on_openflow15_sets_the_hash_explicitly(tmp_path):
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_every_policy_on_a_star(tmp_path, policy):
     import importlib
-    f = fabric_from_dict(StarTopo(senders=3).fabric_map())
+    f = FabricMap.from_json(StarTopo(senders=3).fabric_map().to_json())
     settings = build_settings(policy, 6653, "fabric.json", str(tmp_path), fabric=f)
     module = importlib.import_module(POLICIES[policy].module)
     app_cls = next(v for v in vars(module).values()
                    if isinstance(v, type) and v.__module__ == module.__name__)
     app = app_cls(settings=settings)
-    dp = DummyDatapath(f.leaves[1].dpid)
+    dp = DummyDatapath(f.leaf(1).dpid)
     app._switch_features(SimpleNamespace(msg=SimpleNamespace(datapath=dp)))
     assert {m.match["ipv4_dst"]: outputs(m) for m in flows(dp, 20)} == {
         f"10.0.1.{k}": [("OFPActionOutput", k)] for k in range(1, 5)}

@@ -65,8 +65,7 @@ def test_incast_overflows_the_receivers_leaf_queue(tmp_path):
     topo = LeafSpineTopo(2, 2, 2, host_bw=20, fabric_bw=50, queue_packets=20)
     with Fabric(topo, run_dir=tmp_path, controller_port=free_port()) as fab:
         out_csv = tmp_path / "queues.csv"
-        ifaces = sorted(lk[i] for lk in fab.topo.fabric_map()["links"]
-                        for i in ("intf1", "intf2") if not lk[i].startswith("h"))
+        ifaces = fab.topo.fabric_map().switch_egress_ifaces()
         # switch ports live in the root namespace: so does the sampler
         sampler = subprocess.Popen(
             [sys.executable, "-m", "incastlab.capture.queues", "--ifaces",

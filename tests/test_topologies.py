@@ -21,9 +21,9 @@ def test_counts_names_and_ports(spines, leaves, hpl):
     assert sorted(topo.hosts(), key=lambda h: int(h[1:])) == [
         f"h{n}" for n in range(1, leaves * hpl + 1)]
     fmap = topo.fabric_map()
-    for link in fmap["links"]:
-        for node, port in ((link["node1"], link["port1"]), (link["node2"], link["port2"])):
-            to_host = link["node1"].startswith("h") or link["node2"].startswith("h")
+    for link in fmap.links:
+        for node, port in ((link.node1, link.port1), (link.node2, link.port2)):
+            to_host = link.node1.startswith("h") or link.node2.startswith("h")
             if node.startswith("lf") and to_host:
                 assert 1 <= port <= hpl
             elif node.startswith("lf"):
@@ -32,24 +32,22 @@ def test_counts_names_and_ports(spines, leaves, hpl):
                 assert 1 <= port <= leaves
             else:
                 assert port == 0
-        assert len(link["intf1"]) <= 15 and len(link["intf2"]) <= 15
+        assert len(link.intf1) <= 15 and len(link.intf2) <= 15
 
 
 def test_addresses_and_dpids_are_unique_and_documented():
     topo = LeafSpineTopo(2, 3, 4)
     fmap = topo.fabric_map()
-    ips = [h["ip"] for h in fmap["hosts"]]
-    macs = [h["mac"] for h in fmap["hosts"]]
-    dpids = [s["dpid"] for s in fmap["switches"]]
+    ips = [h.ip for h in fmap.hosts]
+    macs = [h.mac for h in fmap.hosts]
+    dpids = [s.dpid for s in fmap.switches]
     assert len(set(ips)) == len(ips) and len(set(macs)) == len(macs)
     assert len(set(dpids)) == len(dpids)
     subnet = ipaddress.ip_network(naming.SUBNET)
     assert all(ipaddress.ip_address(ip) in subnet for ip in ips)
-    h7 = next(h for h in fmap["hosts"] if h["name"] == "h7")
-    assert (h7["leaf"], h7["index"], h7["ip"], h7["mac"]) == (2, 3, "10.0.2.3",
-                                                              "02:00:00:00:02:03")
-    sp2 = next(s for s in fmap["switches"] if s["name"] == "sp2")
-    assert sp2["dpid"] == 0x0001_0000_0000_0002
+    h7 = fmap.host("h7")
+    assert (h7.leaf, h7.index, h7.ip, h7.mac) == (2, 3, "10.0.2.3", "02:00:00:00:02:03")
+    assert fmap.spine(2).name == "sp2" and fmap.spine(2).dpid == 0x0001_0000_0000_0002
     assert naming.host_position(7, 4) == (2, 3)
 
 
@@ -76,7 +74,7 @@ def test_star_topology_is_one_leaf_with_receiver_last():
     star = StarTopo(senders=5)
     assert star.switches() == ["lf1"]
     assert len(star.hosts()) == 6 and star.receiver == "h6"
-    assert star.fabric_map()["spines"] == 0
+    assert star.fabric_map().spines == 0 and star.fabric_map().spine_names == []
 
 
 def test_tc_commands_shape_and_limit():
@@ -201,8 +199,9 @@ def test_stock_mininet_can_load_the_custom_file():
             f"path = {str(REPO / 'topologies' / 'leafspine.py')!r}\n"
             "exec(compile(open(path).read(), path, 'exec'), customs, customs)\n"
             "t = customs['topos']['leafspine'](2, 4, 2)\n"
-            "print(len(t.switches()), len(t.hosts()), len(t.links()))\n")
+            "print(len(t.switches()), len(t.hosts()), len(t.links()))\n"
+            "print(len(t.fabric_map().to_dict()['links']))\n")
     out = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True,
                          cwd="/", check=False)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["6", "8", "16"]
+    assert out.stdout.split() == ["6", "8", "16", "16"]

@@ -17,16 +17,24 @@ from __future__ import annotations
 from mininet.topo import Topo
 
 try:
-    from incastlab.topologies import naming
+    from incastlab.topologies import fabricmap, naming
 except ImportError:  # loaded by stock `mn --custom` without incastlab installed
     import importlib.util
     import inspect
     import os
+    import sys
 
     _here = os.path.dirname(os.path.abspath(inspect.currentframe().f_code.co_filename))
-    _spec = importlib.util.spec_from_file_location("naming", os.path.join(_here, "naming.py"))
-    naming = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(naming)
+
+    def _sibling(name):
+        spec = importlib.util.spec_from_file_location(f"_incastlab_{name}",
+                                                      os.path.join(_here, f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up while decorating
+        spec.loader.exec_module(module)
+        return module
+
+    naming, fabricmap = _sibling("naming"), _sibling("fabricmap")
 
 DEFAULT_HOST_BW = 20.0  # Mbit/s: far below the ~2 Gbit/s the userspace datapath manages
 DEFAULT_QUEUE_PACKETS = 100
@@ -123,9 +131,9 @@ class LeafSpineTopo(Topo):
                              port1=naming.leaf_uplink_port(j, self.hosts_per_leaf),
                              port2=naming.spine_downlink_port(i), bw=self.fabric_bw, **queue)
 
-    def fabric_map(self) -> dict:
-        """The fabric as plain data (``fabric.json``): what the controller routes on and
-        the analysis reads. Rates in Mbit/s, ports as OpenFlow port numbers."""
+    def fabric_map(self) -> fabricmap.FabricMap:
+        """The fabric map (``fabric.json``): what the controller routes on and the
+        analysis reads. Rates in Mbit/s, ports as OpenFlow port numbers."""
         return fabric_map(self)
 
 
@@ -161,32 +169,33 @@ class StarTopo(LeafSpineTopo):
         return naming.host_name(1, self.hosts_per_leaf, self.hosts_per_leaf)
 
 
-def fabric_map(topo: LeafSpineTopo) -> dict:
-    """Plain-data description of a built topology (see LeafSpineTopo.fabric_map)."""
+def fabric_map(topo: LeafSpineTopo) -> fabricmap.FabricMap:
+    """The typed map of a built topology (see LeafSpineTopo.fabric_map): the one writer
+    of fabric.json. Everything comes from the topology's own node and link records."""
     switches = []
     for name in topo.switches():
         info = topo.nodeInfo(name)
-        switches.append({"name": name, "role": info["role"], "index": info["index"],
-                         "dpid": int(info["dpid"], 16)})
+        switches.append(fabricmap.Switch(name=name, role=info["role"], index=info["index"],
+                                         dpid=int(info["dpid"], 16)))
     hosts = []
     for name in topo.hosts():
         info = topo.nodeInfo(name)
-        hosts.append({"name": name, "leaf": info["leaf"], "index": info["index"],
-                      "ip": info["ip"].split("/")[0], "mac": info["mac"],
-                      "leaf_port": naming.leaf_host_port(info["index"]),
-                      "intf": naming.intf_name(name, 0)})
+        hosts.append(fabricmap.Host(
+            name=name, leaf=info["leaf"], index=info["index"], ip=info["ip"].split("/")[0],
+            mac=info["mac"], leaf_port=naming.leaf_host_port(info["index"]),
+            intf=naming.intf_name(name, 0)))
     links = []
     for _a, _b, info in topo.links(sort=True, withInfo=True):
-        links.append({"node1": info["node1"], "port1": info["port1"],
-                      "node2": info["node2"], "port2": info["port2"],
-                      "intf1": naming.intf_name(info["node1"], info["port1"]),
-                      "intf2": naming.intf_name(info["node2"], info["port2"]),
-                      "bw_mbps": info["bw"], "queue_packets": info["queue_packets"]})
-    return {"kind": type(topo).__name__, "spines": topo.spines, "leaves": topo.leaves,
-            "hosts_per_leaf": topo.hosts_per_leaf, "host_bw_mbps": topo.host_bw,
-            "fabric_bw_mbps": topo.fabric_bw, "queue_packets": topo.queue_packets,
-            "delay": topo.delay, "subnet": naming.SUBNET,
-            "switches": switches, "hosts": hosts, "links": links}
+        links.append(fabricmap.Link(
+            node1=info["node1"], port1=info["port1"], node2=info["node2"], port2=info["port2"],
+            intf1=naming.intf_name(info["node1"], info["port1"]),
+            intf2=naming.intf_name(info["node2"], info["port2"]),
+            bw_mbps=float(info["bw"]), queue_packets=info["queue_packets"]))
+    return fabricmap.FabricMap(
+        kind=type(topo).__name__, spines=topo.spines, leaves=topo.leaves,
+        hosts_per_leaf=topo.hosts_per_leaf, host_bw_mbps=topo.host_bw,
+        fabric_bw_mbps=topo.fabric_bw, queue_packets=topo.queue_packets, delay=topo.delay,
+        subnet=naming.SUBNET, switches=tuple(switches), hosts=tuple(hosts), links=tuple(links))
 
 
 TOPOS = {"leafspine": LeafSpineTopo, "star": StarTopo}

@@ -1,0 +1,462 @@
+"""The fabric map: one typed, versioned object for ``fabric.json``.
+
+The topology writes it (``topologies.leafspine.fabric_map``), and the controller, the
+runner and the analysis read it with this same code; nobody else parses the file. It
+holds what the topology decided — names, DPIDs, ports, addresses from
+``topologies/naming.py`` — as data, so readers re-derive nothing (no role guessed from a
+name, no interface name built from a port number).
+
+No Mininet and no os-ken import here: the controller stays Mininet-free and the analysis
+runs on any laptop.
+
+Units: rates in Mbit/s, queue limits in packets, ports as OpenFlow port numbers (a
+host's own interface is port 0), DPIDs as integers.
+
+Format version 1 (``FORMAT_VERSION``) holds exactly the fields of the dataclasses below,
+under the same names, plus ``format_version``. A file without ``format_version`` is read
+as version 1 only if its top-level keys are exactly version 1's (the files written
+before the field existed); any other version, an unknown or a missing key, or a value of
+the wrong type is refused with a ``FabricError`` that names the field.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+
+FORMAT_VERSION = 1
+ROLES = ("spine", "leaf")
+# What an egress interface faces (Egress.kind); the analysis shows these strings.
+HOST_DOWNLINK = "host-downlink"    # leaf -> host
+UPLINK = "uplink"                  # leaf -> spine
+SPINE_DOWNLINK = "spine-downlink"  # spine -> leaf
+HOST_UPLINK = "host-uplink"        # host -> leaf (the host's own interface)
+
+
+class FabricError(ValueError):
+    """fabric.json is missing, malformed or inconsistent; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str
+    role: str   # "spine" or "leaf"
+    index: int  # j of spine sp{j}, i of leaf lf{i} (1-based)
+    dpid: int
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    leaf: int       # index of its leaf
+    index: int      # k: its position on that leaf (1-based)
+    ip: str         # without prefix length
+    mac: str
+    leaf_port: int  # the leaf's port facing this host
+    intf: str       # the host's own interface, e.g. h1-eth0
+
+
+@dataclass(frozen=True)
+class Link:
+    """One cable. Each end egresses through its own interface; ``queue_packets`` is the
+    pfifo limit of the switch-side egress queues (hosts queue more deeply, see
+    topologies/links.py HOST_QUEUE_PACKETS)."""
+    node1: str
+    port1: int
+    node2: str
+    port2: int
+    intf1: str
+    intf2: str
+    bw_mbps: float
+    queue_packets: int
+
+
+@dataclass(frozen=True)
+class Egress:
+    """One egress interface: packets leave ``node`` through ``port`` (``iface``) towards
+    ``peer``. Derived from a Link, never stored."""
+    iface: str
+    node: str
+    port: int
+    peer: str
+    peer_port: int
+    kind: str        # HOST_DOWNLINK, UPLINK, SPINE_DOWNLINK or HOST_UPLINK
+    bw_mbps: float   # the link's rate, Mbit/s
+    queue_packets: int | None  # pfifo limit of a switch egress queue (packets); None at a host
+
+
+@dataclass(frozen=True)
+class Uplink:
+    """The link between leaf ``leaf`` and spine ``spine`` (indices) with its two ports."""
+    leaf: int
+    spine: int
+    leaf_port: int
+    spine_port: int
+    bw_mbps: float
+
+
+@dataclass(frozen=True)
+class FabricMap:
+    """Switches, hosts and links of one fabric plus the parameters it was built with.
+
+    kind: the topology class (``LeafSpineTopo``, ``StarTopo``). spines, leaves: counts;
+    hosts_per_leaf: hosts on every leaf. host_bw_mbps / fabric_bw_mbps: host-leaf and
+    leaf-spine rates (Mbit/s; fabric_bw_mbps is None without spines). queue_packets: the
+    switch egress queue limit (packets). delay: one-way link delay ('2ms') or None.
+    subnet: the hosts' network, e.g. '10.0.0.0/16'.
+
+    Construction checks that everything refers to everything else consistently (every
+    leaf has one link to every spine, every host one link to its leaf on its leaf_port,
+    no port used twice, ...) and raises FabricError naming the field.
+    """
+    kind: str
+    spines: int
+    leaves: int
+    hosts_per_leaf: int
+    host_bw_mbps: float
+    fabric_bw_mbps: float | None
+    queue_packets: int
+    delay: str | None
+    subnet: str
+    switches: tuple[Switch, ...]
+    hosts: tuple[Host, ...]
+    links: tuple[Link, ...]
+
+    def __post_init__(self):
+        for name in ("switches", "hosts", "links"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "_ix", _Index(self))
+
+    # ---- serialisation ------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """Plain data, keys in file order, ``format_version`` first."""
+        out = {"format_version": FORMAT_VERSION}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                value = [{g.name: getattr(item, g.name) for g in fields(item)}
+                         for item in value]
+            out[f.name] = value
+        return out
+
+    def to_json(self, indent: int | None = 1) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data) -> FabricMap:
+        """Validate parsed fabric.json and build the map; FabricError names the field."""
+        return _parse(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> FabricMap:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise FabricError(f"not valid JSON: {e}") from None
+        return _parse(data)
+
+    @classmethod
+    def load(cls, path) -> FabricMap:
+        """Read and validate the file at ``path``; errors start with the path."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise FabricError(f"{path}: cannot read: {e.strerror}") from None
+        try:
+            return cls.from_json(text)
+        except FabricError as e:
+            raise FabricError(f"{path}: {e}") from None
+
+    def save(self, path) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.to_json() + "\n")
+
+    # ---- switches -----------------------------------------------------------------
+    @property
+    def dpids(self) -> list[int]:
+        """Every switch DPID, sorted."""
+        return sorted(self._ix.by_dpid)
+
+    @property
+    def spine_indices(self) -> list[int]:
+        return sorted(self._ix.spine)
+
+    @property
+    def leaf_indices(self) -> list[int]:
+        return sorted(self._ix.leaf)
+
+    @property
+    def spine_names(self) -> list[str]:
+        """Spine names in index order."""
+        return [self._ix.spine[j].name for j in self.spine_indices]
+
+    @property
+    def leaf_names(self) -> list[str]:
+        """Leaf names in index order."""
+        return [self._ix.leaf[i].name for i in self.leaf_indices]
+
+    def spine(self, index: int) -> Switch:
+        """Spine number ``index`` (KeyError if there is none)."""
+        return self._ix.spine[index]
+
+    def leaf(self, index: int) -> Switch:
+        """Leaf number ``index`` (KeyError if there is none)."""
+        return self._ix.leaf[index]
+
+    def switch(self, dpid: int) -> Switch | None:
+        return self._ix.by_dpid.get(dpid)
+
+    def switch_named(self, name: str) -> Switch | None:
+        return self._ix.switch_by_name.get(name)
+
+    def uplink(self, leaf: int, spine: int) -> Uplink:
+        """The link of leaf ``leaf`` to spine ``spine`` (indices; KeyError if none)."""
+        return self._ix.uplinks[(leaf, spine)]
+
+    # ---- hosts --------------------------------------------------------------------
+    def host(self, name: str) -> Host | None:
+        return self._ix.host_by_name.get(name)
+
+    def host_by_ip(self, ip: str) -> Host | None:
+        return self._ix.host_by_ip.get(ip)
+
+    def hosts_on(self, leaf: int | str) -> list[Host]:
+        """Hosts of a leaf given by index or by name, in file order."""
+        if isinstance(leaf, str):
+            sw = self._ix.switch_by_name.get(leaf)
+            if sw is None or sw.role != "leaf":
+                return []
+            leaf = sw.index
+        return [h for h in self.hosts if h.leaf == leaf]
+
+    def leaf_of(self, host: str) -> str | None:
+        """Name of the leaf ``host`` hangs off (None for an unknown host)."""
+        h = self.host(host)
+        return self._ix.leaf[h.leaf].name if h else None
+
+    def ip_by_host(self) -> dict[str, str]:
+        """{host name: IP address}."""
+        return {h.name: h.ip for h in self.hosts}
+
+    # ---- ports and interfaces -----------------------------------------------------
+    def egresses(self) -> list[Egress]:
+        """Every egress interface, hosts' included: per link in file order, node1's
+        end then node2's."""
+        return list(self._ix.egress.values())
+
+    def link_of_iface(self, iface: str) -> Egress | None:
+        """What is behind interface ``iface``: node, port, peer, kind, rate, queue."""
+        return self._ix.egress.get(iface)
+
+    def switch_egress_ifaces(self) -> list[str]:
+        """Every switch egress interface, sorted (the queues the sampler reads)."""
+        return sorted(e.iface for e in self.egresses() if e.kind != HOST_UPLINK)
+
+    def egress_iface(self, node: str, peer: str) -> str | None:
+        """Interface of ``node`` on its link to ``peer`` (its egress towards peer)."""
+        return self._ix.by_pair.get((node, peer))
+
+    def ports(self, dpid: int) -> dict[int, Egress]:
+        """Port number -> Egress for every wired port of switch ``dpid``."""
+        sw = self.switch(dpid)
+        if sw is None:
+            return {}
+        return {e.port: e for e in self.egresses() if e.node == sw.name}
+
+    def capacity_mbps(self, dpid: int, port: int) -> float | None:
+        """Rate (Mbit/s) of the link behind port ``port`` of switch ``dpid``."""
+        e = self.ports(dpid).get(port)
+        return e.bw_mbps if e else None
+
+
+class _Index:
+    """Look-up tables of one FabricMap, built (and the map checked) once."""
+
+    def __init__(self, m: FabricMap):
+        for field, low in (("spines", 0), ("leaves", 1), ("hosts_per_leaf", 1),
+                           ("queue_packets", 1)):
+            if getattr(m, field) < low:
+                raise FabricError(f"{field} must be >= {low}, got {getattr(m, field)}")
+        for field in ("host_bw_mbps", "fabric_bw_mbps"):
+            rate = getattr(m, field)
+            if rate is not None and not rate > 0:
+                raise FabricError(f"{field} must be a positive rate in Mbit/s, got {rate!r}")
+        self.spine, self.leaf, self.by_dpid, self.switch_by_name = {}, {}, {}, {}
+        for n, s in enumerate(m.switches):
+            where = f"switches[{n}]"
+            if s.role not in ROLES:
+                raise FabricError(f"{where}.role must be 'spine' or 'leaf', got {s.role!r}")
+            group = self.spine if s.role == "spine" else self.leaf
+            if s.index in group:
+                raise FabricError(f"{where}.index: duplicate {s.role} index {s.index}")
+            if s.dpid in self.by_dpid:
+                raise FabricError(f"{where}.dpid: duplicate dpid {s.dpid:#x}")
+            if s.name in self.switch_by_name:
+                raise FabricError(f"{where}.name: duplicate name {s.name!r}")
+            group[s.index] = self.by_dpid[s.dpid] = self.switch_by_name[s.name] = s
+        if not self.leaf:
+            raise FabricError("switches: the fabric has no leaf")
+        for field, group in (("spines", self.spine), ("leaves", self.leaf)):
+            if getattr(m, field) != len(group):
+                raise FabricError(f"{field} is {getattr(m, field)} but switches lists "
+                                  f"{len(group)}")
+        if m.spines and m.fabric_bw_mbps is None:
+            raise FabricError("fabric_bw_mbps: a fabric with spines needs its rate")
+
+        self.host_by_name, self.host_by_ip = {}, {}
+        for n, h in enumerate(m.hosts):
+            where = f"hosts[{n}]"
+            if h.leaf not in self.leaf:
+                raise FabricError(f"{where}.leaf {h.leaf} is not a leaf of this fabric")
+            if h.name in self.host_by_name or h.name in self.switch_by_name:
+                raise FabricError(f"{where}.name: duplicate name {h.name!r}")
+            if h.ip in self.host_by_ip:
+                raise FabricError(f"{where}.ip: duplicate ip {h.ip}")
+            self.host_by_name[h.name] = self.host_by_ip[h.ip] = h
+        for i, lf in self.leaf.items():
+            count = sum(1 for h in m.hosts if h.leaf == i)
+            if count != m.hosts_per_leaf:
+                raise FabricError(f"hosts: {lf.name} has {count} hosts but hosts_per_leaf "
+                                  f"is {m.hosts_per_leaf}")
+
+        self.egress, self.by_pair, self.uplinks = {}, {}, {}
+        host_link = {}
+        used = set()
+        for n, lk in enumerate(m.links):
+            where = f"links[{n}]"
+            for end in ("1", "2"):
+                node, port = getattr(lk, "node" + end), getattr(lk, "port" + end)
+                if node not in self.switch_by_name and node not in self.host_by_name:
+                    raise FabricError(f"{where}.node{end} {node!r} is not a switch or host "
+                                      "of this fabric")
+                if (node, port) in used:
+                    raise FabricError(f"{where}.port{end}: port {port} of {node} is wired twice")
+                used.add((node, port))
+                if getattr(lk, "intf" + end) in self.egress:
+                    raise FabricError(f"{where}.intf{end}: interface "
+                                      f"{getattr(lk, 'intf' + end)} is wired twice")
+            if lk.bw_mbps <= 0:
+                raise FabricError(f"{where}.bw_mbps must be positive, got {lk.bw_mbps!r}")
+            if lk.queue_packets < 1:
+                raise FabricError(f"{where}.queue_packets must be >= 1, got {lk.queue_packets}")
+            s1, s2 = self.switch_by_name.get(lk.node1), self.switch_by_name.get(lk.node2)
+            if not s1 and not s2:
+                raise FabricError(f"{where}: links two hosts ({lk.node1}, {lk.node2})")
+            if s1 and s2:
+                if {s1.role, s2.role} != {"leaf", "spine"}:
+                    raise FabricError(f"{where}: only leaf-spine switch links are supported")
+                leaf, spine, lp, sp = (s1, s2, lk.port1, lk.port2) if s1.role == "leaf" \
+                    else (s2, s1, lk.port2, lk.port1)
+                if (leaf.index, spine.index) in self.uplinks:
+                    raise FabricError("links: every leaf must have exactly one link to every "
+                                      f"spine ({where} links {leaf.name} to {spine.name} again)")
+                self.uplinks[(leaf.index, spine.index)] = Uplink(
+                    leaf.index, spine.index, lp, sp, lk.bw_mbps)
+            else:
+                host = self.host_by_name[lk.node2 if s1 else lk.node1]
+                sw, sw_port = (s1, lk.port1) if s1 else (s2, lk.port2)
+                if host.name in host_link:
+                    raise FabricError(f"{where}: {host.name} has a second link")
+                if sw.role != "leaf" or sw.index != host.leaf or sw_port != host.leaf_port:
+                    raise FabricError(f"{where}: {host.name} must link to port "
+                                      f"{host.leaf_port} of leaf {host.leaf} (hosts[].leaf, "
+                                      f"leaf_port), not to port {sw_port} of {sw.name}")
+                host_intf = lk.intf2 if s1 else lk.intf1
+                if host_intf != host.intf:
+                    raise FabricError(f"{where}: {host.name}'s interface is {host_intf}, but "
+                                      f"hosts[].intf says {host.intf}")
+                host_link[host.name] = n
+            for a, pa, ia, b, pb in ((lk.node1, lk.port1, lk.intf1, lk.node2, lk.port2),
+                                     (lk.node2, lk.port2, lk.intf2, lk.node1, lk.port1)):
+                kind = _kind(self.switch_by_name.get(a), self.switch_by_name.get(b))
+                queue = None if kind == HOST_UPLINK else lk.queue_packets
+                self.egress[ia] = Egress(ia, a, pa, b, pb, kind, lk.bw_mbps, queue)
+                self.by_pair.setdefault((a, b), ia)
+        wanted = {(i, j) for i in self.leaf for j in self.spine}
+        if set(self.uplinks) != wanted:
+            raise FabricError("links: every leaf must have exactly one link to every spine")
+        lonely = [h.name for h in m.hosts if h.name not in host_link]
+        if lonely:
+            raise FabricError(f"links: host {lonely[0]} has no link")
+
+
+def _kind(node: Switch | None, peer: Switch | None) -> str:
+    if node is None:
+        return HOST_UPLINK
+    if node.role == "spine":
+        return SPINE_DOWNLINK
+    return UPLINK if peer is not None else HOST_DOWNLINK
+
+
+# ---- parsing ------------------------------------------------------------------------
+_TOP_TYPES = {"kind": str, "spines": int, "leaves": int, "hosts_per_leaf": int,
+              "host_bw_mbps": float, "fabric_bw_mbps": (float, None), "queue_packets": int,
+              "delay": (str, None), "subnet": str}
+_ITEMS = {"switches": Switch, "hosts": Host, "links": Link}
+_ITEM_TYPES = {Switch: {"name": str, "role": str, "index": int, "dpid": int},
+               Host: {"name": str, "leaf": int, "index": int, "ip": str, "mac": str,
+                      "leaf_port": int, "intf": str},
+               Link: {"node1": str, "port1": int, "node2": str, "port2": int, "intf1": str,
+                      "intf2": str, "bw_mbps": float, "queue_packets": int}}
+V1_KEYS = ("format_version", *_TOP_TYPES, *_ITEMS)
+
+
+def _parse(data) -> FabricMap:
+    if not isinstance(data, dict):
+        raise FabricError("fabric.json must hold a JSON object")
+    if "format_version" in data:
+        version = data["format_version"]
+        if isinstance(version, bool) or version != FORMAT_VERSION:
+            raise FabricError(f"format_version {version!r} is not supported: this incastlab "
+                              f"reads version {FORMAT_VERSION} (rewrite the map with it)")
+    elif set(data) != set(V1_KEYS[1:]):
+        missing = [k for k in V1_KEYS[1:] if k not in data]
+        unknown = sorted(set(data) - set(V1_KEYS))
+        raise FabricError("format_version is missing and the keys are not those of a "
+                          f"version-{FORMAT_VERSION} file (missing: {', '.join(missing) or '-'}"
+                          f"; unknown: {', '.join(unknown) or '-'})")
+    _check_keys(data, V1_KEYS, "fabric", optional=("format_version",))
+    top = {k: _value(data[k], t, k) for k, t in _TOP_TYPES.items()}
+    for key, cls in _ITEMS.items():
+        items = data[key]
+        if not isinstance(items, list):
+            raise FabricError(f"{key} must be a list, got {type(items).__name__}")
+        types = _ITEM_TYPES[cls]
+        parsed = []
+        for n, item in enumerate(items):
+            where = f"{key}[{n}]"
+            if not isinstance(item, dict):
+                raise FabricError(f"{where} must be an object, got {item!r}")
+            _check_keys(item, tuple(types), where)
+            parsed.append(cls(**{k: _value(item[k], t, f"{where}.{k}")
+                                 for k, t in types.items()}))
+        top[key] = tuple(parsed)
+    return FabricMap(**top)
+
+
+def _check_keys(d: dict, allowed: tuple, where: str, optional: tuple = ()) -> None:
+    unknown = [k for k in d if k not in allowed]
+    if unknown:
+        raise FabricError(f"{where}: unknown field {unknown[0]!r} (fields: "
+                          f"{', '.join(allowed)})")
+    for k in allowed:
+        if k not in d and k not in optional:
+            raise FabricError(f"{where}: missing field {k!r}")
+
+
+def _value(value, kind, where: str):
+    """``value`` checked against ``kind`` (int, float, str, or (type, None) for a nullable
+    one); numbers for float fields become floats so a map equals its round trip."""
+    if isinstance(kind, tuple):
+        if value is None:
+            return None
+        kind = kind[0]
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise FabricError(f"{where} must be an integer, got {value!r}")
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise FabricError(f"{where} must be a number, got {value!r}")
+        return float(value)
+    if kind is str and not isinstance(value, str):
+        raise FabricError(f"{where} must be a string, got {value!r}")
+    return value
