@@ -10,9 +10,9 @@ a meta-path finder in front of the import system that
 
 - answers an import of ``ryu`` or ``ryu.X.Y`` with os-ken's module ``os_ken.X.Y`` (the
   very same module object, so os-ken's registries and ``isinstance`` keep working), and
-- gives every os-ken module loaded so far the Ryu spelling of its renamed names
-  (:func:`ryu_name`), next to the os-ken one. Only names are added; nothing of os-ken's
-  is replaced.
+- gives every os-ken module, loaded before or after, the Ryu spelling of its renamed
+  names (:func:`ryu_name`), next to the os-ken one. Only names are added; nothing of
+  os-ken's is replaced.
 
 Only the launcher calls :func:`install`, for ``routing.policy = "app"``; the built-in
 policies never see it. A ``ryu`` module os-ken does not have (Ryu's sample apps, its
@@ -48,17 +48,17 @@ class RyuCompatError(ImportError):
     """A ``ryu`` module or name has no os-ken counterpart; the message names it."""
 
 
-def ryu_name(os_ken_name: str) -> str:
+def ryu_name(name: str) -> str:
     """The Ryu spelling of an os-ken name (``OSKenApp`` -> ``RyuApp``); a name that
     does not spell os-ken is returned unchanged."""
     table = dict(_SPELLINGS)
-    return _RENAMED.sub(lambda m: table[m.group(0)], os_ken_name)
+    return _RENAMED.sub(lambda m: table[m.group(0)], name)
 
 
 def os_ken_name(ryu: str) -> str:
     """The os-ken spelling of a Ryu name (``RyuApp`` -> ``OSKenApp``), the inverse of
     :func:`ryu_name` for the names os-ken renamed."""
-    table = {r: o for o, r in _SPELLINGS}
+    table = {"RYU": "OSKEN", "Ryu": "OSKen", "ryu": "os_ken"}  # os-ken's usual spellings
     return re.sub("RYU|Ryu|ryu", lambda m: table[m.group(0)], ryu)
 
 
@@ -130,10 +130,34 @@ class _AliasLoader(importlib.abc.Loader):
         module.__spec__ = self._own_spec
 
 
+class _NamingLoader(importlib.abc.Loader):
+    """Wraps the loader of an os-ken module: once the module has run, it gets its Ryu
+    names. Everything else is the real loader's."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        add_ryu_names(module)
+
+    def __getattr__(self, name):  # get_source, get_resource_reader, is_package, ...
+        return getattr(self._loader, name)
+
+
 class RyuAliasFinder(importlib.abc.MetaPathFinder):
-    """Meta-path finder for ``ryu`` and ``ryu.*`` (see the module docstring)."""
+    """Meta-path finder for ``ryu`` and ``ryu.*`` (see the module docstring), which also
+    names every os-ken module loaded after it: ``from ryu.base import app_manager``
+    imports ``os_ken.base.app_manager`` under that name (the import system builds a
+    from-import's submodule name from the parent module's own name), never asking
+    for a ``ryu`` name."""
 
     def find_spec(self, fullname, path=None, target=None):
+        if fullname.startswith(OS_KEN + "."):
+            return self._os_ken_spec(fullname, path, target)
         if fullname != RYU and not fullname.startswith(RYU + "."):
             return None
         real = os_ken_module(fullname)
@@ -157,6 +181,19 @@ class RyuAliasFinder(importlib.abc.MetaPathFinder):
         if is_package:
             spec.submodule_search_locations = list(found.submodule_search_locations)
         return spec
+
+
+    def _os_ken_spec(self, fullname, path, target):
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _NamingLoader(spec.loader)
+                return spec
+        return None
 
 
 def install() -> RyuAliasFinder:
@@ -208,7 +245,8 @@ def explain(exc: BaseException, app: str) -> str | None:
     ryu_module = RYU + module[len(OS_KEN):]
     tried = {name, os_ken_name(name)}
     return (f"app {app}: cannot map {ryu_module}.{name}: os-ken's {module} has no "
-            f"{' and no '.join(repr(n) for n in sorted(tried, reverse=True))}")
+            f"{' and no '.join(repr(n) for n in sorted(tried, reverse=True))}"
+            f"{_dropped_hint(f'{ryu_module}.{name}')}")
 
 
 def load_app(app: str) -> types.ModuleType:
