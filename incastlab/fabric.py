@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,9 +24,11 @@ from pathlib import Path
 
 from mininet.log import setLogLevel
 from mininet.net import Mininet
-from mininet.node import RemoteController
+from mininet.node import RemoteController, Switch
 
 from incastlab.clean import clean, clean_state
+from incastlab.controller.registry import (DEFAULT_EXTERNAL, POLICIES, OptionError,
+                                           parse_controller)
 from incastlab.lock import RunLock
 from incastlab.preflight import Capabilities, run_preflight
 from incastlab.state import RunState
@@ -34,6 +37,7 @@ from incastlab.topologies.leafspine import fabric_map
 from incastlab.topologies.links import QueuedLink, QueuedOVSSwitch
 
 DEFAULT_CONTROLLER_PORT = 6653
+LOCALHOST = "127.0.0.1"  # our controller listens here only
 ALLOWED_CC = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 
 
@@ -79,6 +83,8 @@ class Fabric:
         self.controller_port = controller_port
         self.congestion_control = congestion_control
         self.policy_args = list(policy_args or [])
+        # policy external: the switches connect to the user's controller, we start none
+        self.external: tuple[str, int] | None = external_controller(policy, self.policy_args)
         self.ready_timeout = ready_timeout
         self.check_reachability = check_reachability
         self.capabilities: Capabilities | None = capabilities
@@ -133,7 +139,8 @@ class Fabric:
         switch = partial(QueuedOVSSwitch, owner=self.state.id,
                          datapath=self.capabilities.datapath,
                          protocols="OpenFlow13,OpenFlow15", failMode="secure")
-        controller = partial(QuietRemoteController, ip="127.0.0.1", port=self.controller_port)
+        ip, port = self.external or (LOCALHOST, self.controller_port)
+        controller = partial(QuietRemoteController, ip=ip, port=port)
         self.net = Mininet(topo=self.topo, switch=switch, link=QueuedLink,
                            controller=controller, autoSetMacs=False, build=False)
         try:
@@ -177,6 +184,15 @@ class Fabric:
 
     # ----------------------------------------------------------------- helpers
     def _start_controller(self) -> None:
+        if self.external:
+            host, port = self.external
+            try:
+                socket.create_connection((host, port), timeout=2).close()
+            except OSError as exc:
+                raise FabricError(f"policy external: no controller answers on {host}:{port} "
+                                  f"(routing.controller): {exc.strerror or exc}; start "
+                                  "yours first") from None
+            return
         argv = [sys.executable, "-m", "incastlab.controller", "--policy", self.policy,
                 "--port", str(self.controller_port), "--fabric",
                 str(self.run_dir / "fabric.json"), "--out", str(self.run_dir),
@@ -207,8 +223,8 @@ class Fabric:
                 raise FabricError(f"could not configure TCP on {host.name}: {out.strip()}")
 
     def controller_failed(self) -> str | None:
-        if self.controller.poll() is None:
-            return None
+        if self.controller is None or self.controller.poll() is None:
+            return None  # running, or not ours (policy external)
         tail = ""
         for name in ("controller.out", "controller.log"):
             path = self.run_dir / name
@@ -217,31 +233,83 @@ class Fabric:
         return f"the controller exited with status {self.controller.returncode}:\n{tail}"
 
     def _wait_ready(self, fmap: FabricMap) -> None:
+        """Poll until every switch is connected (the controller's ready file; for policy
+        external, OVSDB's is_connected) and every host pair pings, or raise FabricError
+        at the deadline. Routes of the user's own app or controller are not known in
+        advance, so on a fabric with loops a broadcast storm is watched for as well."""
         deadline = time.monotonic() + self.ready_timeout
         want = set(fmap.dpids)
         ready_file = self.run_dir / "controller_ready.json"
         step = "switches connecting to the controller"
+        storm = self._storm_watch()
         while True:
             failed = self.controller_failed()
             if failed:
                 raise FabricError(failed)
-            if step.startswith("switches"):
-                if ready_file.exists():
-                    try:
-                        have = set(json.loads(ready_file.read_text())["switches"])
-                    except (ValueError, KeyError):
-                        have = set()
-                    if want <= have:
-                        step = "hosts reaching each other"
+            if storm is not None:
+                storm.check()
+            if step.startswith("switches") and self._switches_connected(want, ready_file):
+                step = "hosts reaching each other"
             if step.startswith("hosts"):
                 missing = self.unreachable_pairs() if self.check_reachability else []
                 if not missing:
+                    if storm is not None:
+                        storm.check_quiet()
                     return
                 step = f"hosts reaching each other ({len(missing)} pairs fail, e.g. {missing[0]})"
             if time.monotonic() > deadline:
-                raise FabricError(f"fabric not ready after {self.ready_timeout:g} s: waiting "
-                                  f"for {step}; see {self.run_dir / 'controller.log'}")
+                raise FabricError(self._not_ready_message(step, storm))
             time.sleep(0.2)
+
+    def _switches_connected(self, want: set[int], ready_file: Path) -> bool:
+        if self.external:
+            return not self.unconnected_switches()
+        if not ready_file.exists():
+            return False
+        try:
+            have = set(json.loads(ready_file.read_text())["switches"])
+        except (ValueError, KeyError):
+            return False
+        return want <= have
+
+    def unconnected_switches(self) -> list[str]:
+        """Our switches whose OpenFlow connection to the controller is not up, from
+        OVSDB (Controller.is_connected), sorted by name."""
+        names = set(self.topo.switches())
+        bridges = _ovsdb_rows("Bridge", "name,controller")
+        controllers = {row["_uuid"]: row.get("is_connected") is True
+                       for row in _ovsdb_rows("Controller", "_uuid,is_connected")}
+        up = {row["name"] for row in bridges
+              if any(controllers.get(uuid) for uuid in _uuids(row.get("controller")))}
+        return sorted(names - up)
+
+    def _storm_watch(self) -> StormWatch | None:
+        """A storm watch when a controller we do not know routes a fabric with loops
+        (leaf–spine with two or more spines) — policy app or external; else None."""
+        spec = POLICIES.get(self.policy)
+        if spec is None or not (spec.user_apps or spec.external) \
+                or getattr(self.topo, "spines", 0) < 2:
+            return None
+        ifaces = sorted(intf.name for link in self.net.links
+                        for intf in (link.intf1, link.intf2)
+                        if isinstance(link.intf1.node, Switch)
+                        and isinstance(link.intf2.node, Switch))
+        return StormWatch(ifaces, self.topo.spines)
+
+    def _not_ready_message(self, step: str, storm: StormWatch | None) -> str:
+        where = ("the controller you run" if self.external
+                 else f"{self.run_dir / 'controller.log'}")
+        text = f"fabric not ready after {self.ready_timeout:g} s: waiting for {step}"
+        if step.startswith("switches"):
+            try:
+                missing = self.unconnected_switches()
+            except (OSError, subprocess.SubprocessError, ValueError):
+                missing = []
+            if missing:
+                text += f"; not connected: {', '.join(missing)}"
+        elif storm is not None:
+            text += ("; " + storm.advice("routes were not installed within the deadline"))
+        return f"{text}; see {where}"
 
     def unreachable_pairs(self) -> list[tuple[str, str]]:
         """Pairs (src, dst) for which one ping with a 1 s deadline fails."""
@@ -269,6 +337,106 @@ class Fabric:
         proc = self.net[host].popen(argv, **kwargs)
         self.state.add_process(proc.pid, what)
         return proc
+
+
+STORM_PPS = 300.0
+"""Packets per second on the switch-to-switch links (all of them together) above which
+a fabric whose hosts are idle or only pinging is taken to be looping broadcasts. A
+readiness round sends one ping per host pair, i.e. with H hosts at most 2·H·(H−1)
+packets crossing at most 2 such links each per round of >= 1 s: 192 packets/s for 8
+hosts, the most a root test uses; a looping packet crosses a link per controller
+round trip (about a millisecond), i.e. about a thousand packets/s for each one."""
+
+
+class StormWatch:
+    """Watches the switch-to-switch links of a fabric with loops for flooding.
+
+    ``check`` compares the links' transmit counters (/sys/class/net: the kernel's veth
+    counters count what either OVS datapath sends) with the previous call's;
+    ``check_quiet`` measures one more second with the hosts idle. Either raises
+    FabricError when the rate is above STORM_PPS."""
+
+    def __init__(self, ifaces: list[str], spines: int, limit_pps: float = STORM_PPS):
+        self.ifaces = ifaces
+        self.spines = spines
+        self.limit_pps = limit_pps
+        self.peak_pps = 0.0
+        self._last = self._sample()
+
+    def _sample(self) -> tuple[float, int]:
+        total = 0
+        for iface in self.ifaces:
+            try:
+                total += int(Path(f"/sys/class/net/{iface}/statistics/tx_packets").read_text())
+            except (OSError, ValueError):
+                pass  # an interface going away is teardown's business, not a storm
+        return time.monotonic(), total
+
+    def check(self) -> float:
+        """Packets/s since the last call; FabricError above the limit."""
+        (t0, n0), (t1, n1) = self._last, self._sample()
+        self._last = (t1, n1)
+        rate = (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
+        self.peak_pps = max(self.peak_pps, rate)
+        if rate > self.limit_pps:
+            raise FabricError(self.advice(f"{rate:.0f} packets/s circulate on the "
+                                          "switch-to-switch links") + "; stopped")
+        return rate
+
+    def check_quiet(self, window_s: float = 1.0) -> float:
+        self._last = self._sample()
+        time.sleep(window_s)
+        return self.check()
+
+    def advice(self, what: str) -> str:
+        return (f"{what} on a fabric with loops ({self.spines} spines): a flooding "
+                "controller (a learning switch) sends broadcasts around the loops forever "
+                "here. Flooding apps suit a star or a leaf-spine with one spine; on this "
+                "fabric the app must install routes (see the README, 'Coming from Ryu')")
+
+
+def external_controller(policy: str, policy_args: list[str]) -> tuple[str, int] | None:
+    """(host, port) of the user's controller for policy external (``--controller`` in
+    ``policy_args``, default registry.DEFAULT_EXTERNAL); None for every other policy."""
+    spec = POLICIES.get(policy)
+    if spec is None or not spec.external:
+        return None
+    text = DEFAULT_EXTERNAL
+    if "--controller" in policy_args:
+        i = policy_args.index("--controller")
+        text = policy_args[i + 1] if i + 1 < len(policy_args) else ""
+    try:
+        return parse_controller(text)
+    except OptionError as exc:
+        raise FabricError(str(exc)) from None
+
+
+def _ovsdb_rows(table: str, columns: str) -> list[dict]:
+    """Rows of an OVSDB table as {column: value} (ovs-vsctl's JSON, values decoded)."""
+    out = subprocess.run(["ovs-vsctl", "--format=json", f"--columns={columns}", "list", table],
+                         capture_output=True, text=True, timeout=10, check=True).stdout
+    data = json.loads(out)
+    return [{name: _ovs_value(value) for name, value in zip(data["headings"], row,
+                                                             strict=True)}
+            for row in data["data"]]
+
+
+def _ovs_value(value):
+    # OVSDB JSON: ["uuid", "..."], ["set", [...]], ["map", [...]] or a plain atom
+    if isinstance(value, list) and len(value) == 2 and value[0] in ("uuid", "set", "map"):
+        kind, inner = value
+        if kind == "uuid":
+            return inner
+        if kind == "set":
+            return [_ovs_value(v) for v in inner]
+        return {_ovs_value(k): _ovs_value(v) for k, v in inner}
+    return value
+
+
+def _uuids(value) -> list[str]:
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
 
 
 def _end_group(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
