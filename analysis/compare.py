@@ -16,23 +16,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import plots
+from . import metrics, plots
 from .render import CSS, _df_html, _img
 from .report import _jsonable, analyse
 
 # bookkeeping and limits, not experiment factors
 IGNORED_KEYS = {"run.seed", "run.name", "run.out_dir", "run.repetitions", "run.description",
                 "run.duration_limit_s", "run.phase_timeout_s"}
-HEADLINE = [  # (metrics.json headline key, unit)
-    ("iteration_time_mean_s", "s"), ("step_time_mean_s", "s"), ("tc_drops", "packets"),
-    ("capture_losses", "packets"), ("retransmissions", "packets"),
-    ("kernel_retrans_segs", "segments"), ("rtos", "firings"), ("kernel_timeouts", "firings"),
-    ("goodput_mbps", "Mbit/s"), ("rounds_with_rto", "rounds"), ("throughput_mbps", "Mbit/s"),
-    ("incast_episodes", "episodes"),
-    ("spine_max_mean", "ratio"), ("final_accuracy", "fraction"),
-]
-PLOTTED = ["iteration_time_mean_s", "goodput_mbps", "throughput_mbps", "retransmissions",
-           "rtos", "tc_drops"]
+
 
 # two-sided 95 % Student t quantiles, used when scipy is not installed
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
@@ -158,20 +149,22 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
     for r in runs:
         r["group"] = group_label(r["spec"], keys)
     used = [r for r in runs if include_incomplete or r["status"] == "complete"]
+    declared = metrics.compared()  # the one declared list (metrics.py)
+    units = {m.name: m.unit for m in declared}
     rows = []
     for group in dict.fromkeys(r["group"] for r in used):
         members = [r for r in used if r["group"] == group]
-        for metric, unit in HEADLINE:
-            stats = mean_ci(r["headline"].get(metric) for r in members)
+        for m in declared:
+            stats = mean_ci(r["headline"].get(m.name) for r in members)
             if stats["n"]:
-                rows.append({"group": group, "metric": metric, "unit": unit, **stats})
+                rows.append({"group": group, "metric": m.name, "unit": m.unit, **stats})
     table = pd.DataFrame(rows, columns=["group", "metric", "unit", "n", "mean", "sd", "ci95"])
     table_path = out / "compare.csv"
     table.to_csv(table_path, index=False)
     figs = []
     x_key = sweep_axis(used, keys)
-    for metric in PLOTTED:
-        unit = dict(HEADLINE)[metric]
+    for metric in (m.name for m in metrics.plotted() if m.compare):
+        unit = units[metric]
         if x_key:  # e.g. goodput vs senders, one line per value of the other factors
             lines = _line_table(table, used, keys, x_key, metric)
             p = plots.compare_lines(lines, x_key.rsplit(".", 1)[-1], metric,
@@ -183,8 +176,8 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
         if p:
             figs.append(p)
     runs_df = pd.DataFrame([{"run": r["name"], "group": r["group"], "status": r["status"],
-                             "reason": r["reason"], **{k: r["headline"].get(k)
-                                                       for k, _ in HEADLINE}} for r in runs])
+                             "reason": r["reason"], **{m.name: r["headline"].get(m.name)
+                                                       for m in declared}} for r in runs])
     left_out = [r for r in runs if r not in used]
     body = [f"<h1>Comparison of {len(runs)} runs</h1>"]
     if left_out:
@@ -200,7 +193,9 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
         for m, c in zip(table["mean"], table["ci95"], strict=True)])
     if len(wide):
         wide = wide.pivot(index="metric", columns="group", values="value").reindex(
-            [m for m, _ in HEADLINE if m in set(wide["metric"])]).reset_index()
+            [m.name for m in declared if m.name in set(wide["metric"])]).reset_index()
+        wide.insert(1, "unit", [units[k] for k in wide["metric"]])
+        wide["what it means"] = [metrics.by_name(k).meaning for k in wide["metric"]]
     body.append("<h2>Headline metrics (mean ± 95 % CI half-width)</h2>" + _df_html(wide, 100))
     body += [_img(p, p.stem) for p in figs]
     body.append("<h2>Runs</h2>" + _df_html(runs_df, 500))

@@ -73,19 +73,14 @@ def report_and_summarise(run_dir: Path, args) -> None:
     print(f"report: {paths.get('report.html', Path(run_dir) / 'report.html')}")
 
 
-HEADLINE = [("iteration_time_mean_s", "mean iteration time", "s"),
-            ("tc_drops", "queue drops (tc)", "packets"),
-            ("capture_losses", "losses seen in captures", "packets"),
-            ("retransmissions", "TCP retransmissions", "segments"),
-            ("rtos", "retransmission timeouts", ""),
-            ("goodput_mbps", "incast goodput", "Mbit/s"),
-            ("final_accuracy", "final held-out accuracy", "")]
-
-
 def short_summary(run_dir: Path) -> str:
-    """A few headline numbers from metrics.json, for the terminal (summary.md and
-    report.html hold the rest)."""
+    """The run's status, the headline numbers the metric declarations mark for the CLI
+    (analysis/metrics.py; the ones this run measured), and its findings, from
+    metrics.json (summary.md and report.html hold the rest)."""
     import json
+    import textwrap
+
+    from incastlab.analysis.metrics import for_cli, from_json
 
     try:
         metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -94,15 +89,45 @@ def short_summary(run_dir: Path) -> str:
     run = metrics.get("run", {})
     lines = [f"{run_dir.name}: {run.get('status', '?')}"
              + (f" ({run['reason']})" if run.get("reason") else "")]
-    head = metrics.get("headline", {})
-    for key, label, unit in HEADLINE:
-        value = head.get(key)
-        if value is None:
+    cli = {m.name for m in for_cli()}
+    for r in from_json(metrics):
+        if r.metric.name in cli and r.value is not None:
+            lines.append(f"  {r.metric.label}: {r.metric.text_with_unit(r.value)}")
+    findings = metrics.get("findings") or []
+    for text in findings:
+        lines.append(textwrap.fill(text, width=100, initial_indent="  - ",
+                                   subsequent_indent="    "))
+    if not findings:  # an older metrics.json: its warnings, as the findings would say
+        for problem in metrics.get("problems", [])[:3]:
+            lines.append(f"  warning: {problem}")
+    return "\n".join(lines)
+
+
+def compare_summary(table_path: Path) -> str:
+    """The CLI metrics of a comparison (compare.csv): per metric, each group's mean and
+    95 % CI half-width over its repetitions."""
+    import math
+
+    import pandas as pd
+
+    from incastlab.analysis.metrics import for_cli, significant
+
+    try:
+        table = pd.read_csv(table_path)
+    except (OSError, ValueError):
+        return ""
+    if table.empty:
+        return "comparison: no complete runs to compare"
+    lines = ["comparison (mean ± 95 % CI half-width over repetitions; n = runs):"]
+    for m in for_cli():
+        rows = table[table["metric"] == m.name]
+        if rows.empty:
             continue
-        if isinstance(value, float) and value.is_integer() and unit != "s":
-            value = int(value)  # counts are stored as floats in metrics.json
-        text = f"{value:.3g}" if isinstance(value, float) else str(value)
-        lines.append(f"  {label}: {text} {unit}".rstrip())
-    for problem in metrics.get("problems", [])[:3]:
-        lines.append(f"  warning: {problem}")
+        cells = []
+        for r in rows.itertuples(index=False):
+            # means of counts are not whole numbers: 3 significant digits for all
+            ci = "" if math.isnan(r.ci95) else f" ± {significant(r.ci95, 2)}"
+            cells.append(f"{r.group}: {significant(r.mean)}{ci} (n={r.n})")
+        lines.append(f"  {m.label}" + (f" ({m.unit})" if m.unit else "") + ": "
+                     + "; ".join(cells))
     return "\n".join(lines)

@@ -23,5 +23,10 @@ def run(args) -> int:
     from incastlab.analysis.compare import compare_runs
 
     out = compare_runs(dirs, Path(args.out))
-    print(f"comparison report: {out['report'] if isinstance(out, dict) else out}")
+    from incastlab.commands.common import compare_summary
+
+    summary = compare_summary(out["table"]) if not args.quiet else ""
+    if summary:
+        print(summary)
+    print(f"comparison report: {out['report']}")
     return 0

@@ -92,5 +92,8 @@ def sweep(args, spec=None) -> int:
     from incastlab.analysis.compare import compare_runs
 
     out = compare_runs([d for d in run_dirs if run_status(d) == "complete"], base / "compare")
-    print(f"comparison report: {out['report'] if isinstance(out, dict) else out}")
+    summary = common.compare_summary(out["table"]) if not args.quiet else ""
+    if summary:
+        print(summary)
+    print(f"comparison report: {out['report']}")
     return 0 if all(s.startswith("complete") for s in statuses.values()) else 1

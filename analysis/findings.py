@@ -1,0 +1,321 @@
+"""Findings: the few sentences at the top of report.html and summary.md (and
+`findings` in metrics.json) that say what happened in a run, each with its numbers:
+
+1. where the worst queue was and when (port, peak backlog, drops, time since start);
+2. what the network lost and resent (captures, tc, the kinds of retransmission);
+3. what it cost the training (iteration time against the bound when the run's job
+   has a cost model, else iterations with and without an RTO);
+4. whether to trust the run (incomplete run, CPU saturation, capture drops, missing
+   inputs), and whether the captures and the kernel agree on retransmissions.
+
+Only reads an `Analysis` (report.analyse). The cost sentence uses, when present:
+
+- `a.metrics["cost"]`: per-iteration means in seconds — `measured_s`, `bound_s`,
+  `ratio` (measured / bound), `network_cost_s` (time over the bound the network
+  caused), `rto_stall_s`, `loss_recovery_s`, `straggler_s`, `unexplained_s`;
+  any key may be absent;
+- else `a.tables["attribution"]`: one row per iteration with those columns (less
+  `ratio`); its means are used, and `network_cost_s` is loss recovery plus RTO stalls
+  when the table has no column of that name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from .metrics import INPUTS
+
+# the roles the apps log in their start events, as a reader calls them
+ROLE_NOUNS = {"server": "the parameter server", "client": "the incast receiver",
+              "worker": "a worker", "ring": "a ring rank", "incast-server": "an incast sender"}
+COST_KEYS = ("measured_s", "bound_s", "ratio", "network_cost_s", "rto_stall_s",
+             "loss_recovery_s", "straggler_s", "unexplained_s")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One sentence; `topic` is 'queue', 'losses', 'cost', 'trust' or 'counters'."""
+    topic: str
+    text: str
+
+
+def findings(a) -> list[Finding]:
+    """3-5 sentences about run `a`, in the order above."""
+    out = [worst_queue(a), losses(a), cost(a)] + trust(a)
+    return [f for f in out if f is not None]
+
+
+def texts(a) -> list[str]:
+    """The findings as plain sentences (metrics.json `findings`)."""
+    return [f.text for f in findings(a)]
+
+
+# --- formatting --------------------------------------------------------------------
+
+def _s(v) -> str:
+    """Seconds, 3 significant digits."""
+    return f"{v:.3g} s"
+
+
+def _longer(d) -> str:
+    """'0.2 s longer' / '0.2 s less' for a difference of means (s)."""
+    return f"{_s(abs(d))} {'longer' if d >= 0 else 'less'}"
+
+
+def _n(v) -> str:
+    return f"{v:,.0f}"
+
+
+def _plural(n, word, many=None) -> str:
+    return f"{_n(n)} {word if round(n) == 1 else (many or word + 's')}"
+
+
+def _num(v):
+    """A finite float, or None."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if f == f and abs(f) != float("inf") else None
+
+
+# --- 1. the worst queue ------------------------------------------------------------
+
+def _host_roles(a) -> dict[str, str]:
+    """{emulated host: role} from the workers' start events (host from the interface)."""
+    s = a.tables.get("starts")
+    if s is None or not len(s) or "role" not in s or "iface" not in s:
+        return {}
+    return {str(i).split("-")[0]: str(r) for i, r in zip(s["iface"], s["role"], strict=True)
+            if isinstance(i, str) and isinstance(r, str)}
+
+
+def worst_queue(a) -> Finding:
+    qs = a.tables.get("queue_summary")
+    if qs is None or qs.empty:
+        why = a.missing.get("queues", "no queue samples")
+        return Finding("queue", f"Where queues built up is unknown: {why}.")
+    top = qs.iloc[0]  # queue_summary is sorted by drops, then peak backlog
+    if not top["drops"] and not top["max_backlog_pkts"]:
+        return Finding("queue", f"No switch queue held a packet in any sample and none "
+                                f"dropped one ({len(qs)} egress ports sampled).")
+    iface = str(top["iface"])
+    where = iface
+    if isinstance(top.get("peer"), str) and isinstance(top.get("switch"), str):
+        role = ROLE_NOUNS.get(_host_roles(a).get(top["peer"], ""))
+        where += f" ({top['switch']} → {top['peer']}" + (f", {role}'s link)" if role else ")")
+    peak = float(top["max_backlog_pkts"])
+    limit = _num(top.get("limit_pkts"))
+    qd = a.tables.get("queues_d")
+    g = qd[qd["iface"] == iface] if qd is not None and len(qd) else pd.DataFrame()
+    when = ""
+    if len(g):
+        t_peak = float(g.loc[g["backlog_pkts"].astype(float).idxmax(), "t"]) - a.t0
+        when = f" {_s(t_peak)} after the start"
+    size = f"{_plural(peak, 'packet')}" + (", its limit," if limit and peak >= limit
+                                          else f" of {_n(limit)}" if limit else "")
+    text = f"The worst queue was {where}: it first reached its peak of {size}{when}"
+    drops = float(top["drops"])
+    if drops:
+        first = g.loc[g["d_drops"] > 0, "t"] if len(g) and "d_drops" in g else pd.Series()
+        text += (f", and tc counted {_plural(drops, 'drop')} there"
+                 + (f" (the first by {_s(float(first.min()) - a.t0)})" if len(first) else ""))
+    else:
+        text += ", and no switch queue dropped a packet"
+    eps = a.tables.get("episodes")
+    mine = eps[eps["iface"] == iface] if eps is not None and len(eps) else ()
+    if len(mine):
+        inc = mine[mine["incast"].astype(bool)]
+        text += f"; it was full in {_plural(len(mine), 'episode')}"
+        if len(inc):
+            senders = pd.to_numeric(inc["n_senders"], errors="coerce").max()
+            text += (f", {_n(len(inc))} of them incast (up to "
+                     f"{_plural(senders, 'sender')} at once)")
+    ports = (a.tables.get("recon") or {}).get("ports")
+    if drops and ports is not None and len(ports) and "losses" not in a.missing \
+            and "pcap" not in a.missing:
+        here = ports[ports["iface"] == iface]
+        lost = float(here["capture_losses"].iloc[0]) if len(here) else 0.0
+        text += f"; the captures place {_plural(lost, 'lost packet')} there"
+    return Finding("queue", text + ".")
+
+
+# --- 2. losses and retransmissions --------------------------------------------------
+
+def losses(a) -> Finding:
+    n = a.metrics.get("reconciliation") or {}
+    kernel = n.get("kernel") or {}
+    tc, lost, resent = n.get("tc_drops"), n.get("capture_losses"), n.get("capture_retrans")
+    if resent is None:
+        why = a.missing.get("pcap") or a.missing.get("flows") or "no captured flows"
+        known = []
+        if tc is not None:
+            known.append(f"tc counted {_plural(tc, 'queue drop')}")
+        if kernel.get("TcpRetransSegs") is not None:
+            known.append(f"the kernels {_plural(kernel['TcpRetransSegs'], 'retransmitted segment')}"
+                         f" and {_plural(kernel.get('TcpExtTCPTimeouts') or 0, 'timeout')}")
+        return Finding("losses", f"Packet losses and retransmissions are not known from "
+                                 f"captures ({why})" + (f"; {' and '.join(known)}" if known
+                                                        else "") + ".")
+    if lost is None:
+        head = "The captures cannot tell lost packets (no flow was captured at both ends)"
+    elif lost == 0:
+        head = "No packet was lost in the network"
+    else:
+        head = f"The network lost {_plural(lost, 'packet')} (seen in the captures"
+        head += f"; tc counted {_plural(tc, 'queue drop')})" if tc is not None else ")"
+    if not resent:
+        return Finding("losses", head + " and TCP retransmitted nothing.")
+    parts = []
+    rec, rto_pkts = n.get("capture_recovery_retrans") or 0, n.get("capture_rto_retrans") or 0
+    rtos, tlp = n.get("capture_rto") or 0, n.get("capture_tlp") or 0
+    if rec:
+        parts.append(f"{_n(rec)} in fast/SACK recovery")
+    if rto_pkts or rtos:
+        parts.append(f"{_n(rto_pkts)} after {_plural(rtos, 'timeout')} (RTO)")
+    if tlp:
+        parts.append(f"{_plural(tlp, 'tail-loss probe')}")
+    return Finding("losses", f"{head}, and TCP retransmitted {_plural(resent, 'packet')}"
+                             + (f": {', '.join(parts)}" if parts else "") + ".")
+
+
+# --- 3. what it cost the training ---------------------------------------------------
+
+def attribution(a) -> dict | None:
+    """Per-iteration means of the cost attribution (COST_KEYS, seconds), from
+    a.metrics['cost'] or the a.tables['attribution'] table; None when neither is there."""
+    c = a.metrics.get("cost")
+    if isinstance(c, dict) and c:
+        out = {k: _num(c.get(k)) for k in COST_KEYS}
+    else:
+        t = a.tables.get("attribution")
+        if t is None or not isinstance(t, pd.DataFrame) or t.empty:
+            return None
+        out = {k: _num(pd.to_numeric(t[k], errors="coerce").mean()) if k in t else None
+               for k in COST_KEYS}
+        if out["network_cost_s"] is None and (out["rto_stall_s"] is not None
+                                              or out["loss_recovery_s"] is not None):
+            out["network_cost_s"] = (out["rto_stall_s"] or 0) + (out["loss_recovery_s"] or 0)
+    if out["ratio"] is None and out["measured_s"] and out["bound_s"]:
+        out["ratio"] = out["measured_s"] / out["bound_s"]
+    return out if out["measured_s"] is not None else None
+
+
+def cost(a) -> Finding:
+    c = attribution(a)
+    if c is not None:
+        return Finding("cost", _cost_sentence(c))
+    imp = a.metrics.get("training") or {}
+    rb = a.metrics.get("ring") or {}
+    rounds = a.tables.get("rounds")
+    if imp.get("iterations"):
+        text = (f"An iteration took {_s(imp['mean_s'])} on average (95th percentile "
+                f"{_s(imp['p95_s'])})")
+        w, wo = imp.get("with_rto") or {}, imp.get("without_rto") or {}
+        wl, cl = imp.get("with_loss") or {}, imp.get("clean") or {}
+        if w.get("n") and w.get("extra_s_vs_no_rto") is not None:
+            text += (f"; the {_plural(w['n'], 'iteration')} with an RTO on the worker's host "
+                     f"took {_longer(w['extra_s_vs_no_rto'])} on average than the "
+                     f"{_n(wo['n'])} without")
+        elif wl.get("n") and wl.get("extra_s_vs_clean") is not None:
+            text += (f"; the {_plural(wl['n'], 'iteration')} with a loss but no RTO took "
+                     f"{_longer(wl['extra_s_vs_clean'])} on average than the "
+                     f"{_n(cl['n'])} clean ones")
+        elif "pcap" in a.missing and "queues" in a.missing:
+            text += "; without captures or queue samples its losses are unknown"
+        else:
+            text += "; no iteration met a loss or an RTO"
+        if rb.get("ratio_mean") is not None:
+            text += (f"; the all-reduce took {rb['ratio_mean']:.3g}× its bound of "
+                     f"{_s(rb['bound_s'])}")
+        return Finding("cost", text + ".")
+    if rounds is not None and len(rounds):
+        g = pd.to_numeric(rounds["goodput_mbps"], errors="coerce").mean()
+        with_rto = (a.metrics.get("headline") or {}).get("rounds_with_rto")
+        text = (f"The incast client received {g:.3g} Mbit/s on average over "
+                f"{_plural(len(rounds), 'round')}")
+        text += (f"; {_n(with_rto)} of them had an RTO" if with_rto is not None
+                 else "; without captures, RTOs per round are unknown")
+        return Finding("cost", text + ".")
+    why = a.missing.get("workers", "no iteration or round events in the worker logs")
+    return Finding("cost", f"What the network cost the training is unknown: {why}.")
+
+
+def _cost_sentence(c: dict) -> str:
+    text = f"An iteration took {_s(c['measured_s'])} on average"
+    if c["bound_s"] is not None:
+        text += f" against a bound of {_s(c['bound_s'])} on this fabric"
+        if c["ratio"] is not None:
+            text += f" ({c['ratio']:.3g}×)"
+    if c["network_cost_s"] is not None:
+        pct = 100 * c["network_cost_s"] / c["measured_s"] if c["measured_s"] else None
+        text += f"; the network cost {_s(c['network_cost_s'])}" + (
+            f" ({pct:.2g} %)" if pct is not None else "") + " over the bound"
+        parts = [f"{name} {_s(c[k])}" for k, name in (("rto_stall_s", "RTO stalls"),
+                                                      ("loss_recovery_s", "loss recovery"))
+                 if c[k] is not None]
+        if parts:
+            text += ", of which " + " and ".join(parts)
+    if c["straggler_s"]:
+        text += f"; waiting for stragglers {_s(c['straggler_s'])}"
+    if c["unexplained_s"]:
+        text += f"; unexplained {_s(c['unexplained_s'])}"
+    return text + "."
+
+
+# --- 4. whether to trust the run ----------------------------------------------------
+
+def trust(a) -> list[Finding]:
+    """The trust sentence, and one on whether captures and kernel agree."""
+    concerns, fine, unknown = [], [], []
+    if a.status != "complete":
+        concerns.append(f"the run did not complete ({a.status}"
+                        + (f": {a.reason}" if a.reason else "")
+                        + "), so its numbers cover only the part that ran")
+    else:
+        fine.append("the run completed")
+    cpu = a.manifest.get("cpu") if isinstance(a.manifest.get("cpu"), dict) else {}
+    if cpu.get("saturated"):
+        concerns.append("the CPU was saturated" + (f" ({cpu['rule']})" if cpu.get("rule")
+                                                   else "")
+                        + ", so the emulation may have lost or delayed packets no counter "
+                        "shows")
+    elif cpu:
+        fine.append("the CPU kept up")
+    else:
+        unknown.append("CPU use")
+    drops = (a.metrics.get("reconciliation") or {}).get("capture_drops")
+    lossy = a.manifest.get("capture_lossy") or []
+    if drops:
+        concerns.append(f"tcpdump dropped {_plural(drops, 'packet')}"
+                        + (f" on {', '.join(map(str, lossy))}" if lossy else "")
+                        + ", so the captures' losses may be overstated by as many")
+    elif drops == 0:
+        fine.append("tcpdump dropped no packet")
+    else:
+        unknown.append("tcpdump's drop counts")
+    if a.missing:
+        concerns.append("inputs are missing: " + ", ".join(INPUTS.get(k, k)
+                                                            for k in a.missing))
+    else:
+        fine.append("every input is present")
+    if concerns:
+        text = "Read this run with care: " + "; ".join(concerns)
+    else:
+        text = "Trust: " + (", ".join(fine[:-1]) + " and " if len(fine) > 1 else "") + fine[-1]
+    if unknown:
+        text += f"; {' and '.join(unknown)} {'was' if len(unknown) == 1 else 'were'} not recorded"
+    if a.problems:
+        text += f"; the report lists {_plural(len(a.problems), 'warning')}"
+    out = [Finding("trust", text + ".")]
+    n = a.metrics.get("reconciliation") or {}
+    cap, ker = n.get("capture_retrans"), (n.get("kernel") or {}).get("TcpRetransSegs")
+    if cap is not None and ker is not None:
+        d = ker - cap
+        verdict = "agree exactly" if d == 0 else f"differ by {_n(abs(d))}" + (
+            " (the kernel also counts SYN and FIN retransmissions and flows not captured "
+            "at the sender; see the reconciliation)" if d > 0 else " (see the reconciliation)")
+        out.append(Finding("counters", f"The captures' retransmissions ({_n(cap)}) and the "
+                                       f"kernels' TcpRetransSegs ({_n(ker)}) {verdict}."))
+    return out

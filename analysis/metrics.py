@@ -1,0 +1,400 @@
+"""Headline metrics, declared once.
+
+Every headline number of a run is one `Metric` in `HEADLINE`: its metrics.json key
+(`name`), a short `label`, its `unit`, a one-line `meaning` a student can follow, the
+`inputs` it needs (keys of `Analysis.missing`, each standing for run-directory files,
+see `INPUTS`), how it is computed (`compute`, a function of the `Analysis`) and how it
+is shown (`fmt`). Everything that shows headline numbers reads this list:
+metrics.json (`headline`, `headline_na`), the headline table of report.html (value,
+unit and meaning side by side) and summary.md, `incastlab compare` (`compared()`,
+`plotted()`) and the CLI's printout (`for_cli()`).
+
+A metric whose inputs are missing or damaged is n/a (`None` in metrics.json), and
+`headline_na` says why, from `Analysis.missing`; one that its job kind does not measure
+(incast goodput in a parameter-server run) is n/a with that reason, and the report and
+CLI leave it out.
+
+Adding metrics (a job kind's own, e.g. its bound or the network's cost over it)::
+
+    from incastlab.analysis.metrics import Metric, register
+
+    register(Metric("bound_s", "iteration bound", "s",
+                    "Least time one iteration can take on this fabric (bytes / rate).",
+                    compute=lambda a: (a.metrics.get("cost") or {}).get("bound_s"),
+                    inputs=("workers", "fabric"), kinds=("ps",), cli=True))
+
+A job kind's own metrics come from its `metrics()` and are registered with
+`register(*job.metrics(), kind=job.kind)` (metrics without `kinds` then belong to that
+kind); this must happen before `report.analyse` evaluates the list. Names are unique: a
+second declaration of a name raises ValueError, so a metric every job has is registered
+once with `kinds=()`. `metrics_for(kind)` is the list that applies to one job kind
+(`kinds=()` means every kind); `all_metrics()` is every declared metric, whose keys
+metrics.json always holds, so files of different job kinds compare key by key.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pandas as pd
+
+# Analysis.missing keys -> the run-directory inputs they stand for (shown in the report)
+INPUTS = {
+    "workers": "workers/*.jsonl",
+    "queues": "queues.csv",
+    "counters": "counters/*.json (nstat before/after)",
+    "pcap": "pcap/*.pcap",
+    "flows": "TCP payload in the captures",
+    "losses": "flows captured at both ends",
+    "fabric": "fabric.json",
+}
+
+# what each logged workload mode belongs to (modes come from the workers' start events)
+MODE_KINDS = {"sync": "ps", "async": "ps", "ssp": "ps", "backup": "ps",
+              "ring": "ring", "gloo": "ring", "incast": "incast"}
+
+COUNT_UNITS = {"packets", "segments", "firings", "rounds", "episodes"}
+
+
+def significant(v: float, nd: int = 3) -> str:
+    """`nd` significant digits; large values in full with thousands separators."""
+    return f"{v:.{nd}g}" if abs(v) < 1e4 else f"{v:,.0f}"
+
+
+def count(v: float) -> str:
+    """A count: a whole number with thousands separators (metrics.json stores floats)."""
+    return f"{v:,.0f}"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One headline metric. `compute(a)` returns a number or None (not measurable);
+    `absent` (text, or a function of the Analysis) says why it is None when no input is
+    missing; `kinds` are the job kinds that measure it (empty: all); `cli`/`plot`/
+    `compare` select it for the CLI printout, compare's plots and compare's table."""
+    name: str
+    label: str
+    unit: str
+    meaning: str
+    compute: Callable[[Any], float | int | None]
+    inputs: tuple[str, ...] = ()
+    absent: str | Callable[[Any], str | None] = "not measured in this run"
+    kinds: tuple[str, ...] = ()
+    fmt: Callable[[float], str] | None = None
+    cli: bool = False
+    plot: bool = False
+    compare: bool = True
+
+    def applies(self, kind: str | None) -> bool:
+        """Whether a run of job `kind` measures this metric (unknown kind: yes)."""
+        return not self.kinds or kind is None or kind in self.kinds
+
+    def text(self, value) -> str:
+        """The value as shown in tables ('n/a' for None), without the unit."""
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "n/a"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return str(value)
+        if self.fmt:
+            return self.fmt(value)
+        return count(value) if self.unit in COUNT_UNITS else significant(float(value))
+
+    def text_with_unit(self, value) -> str:
+        """'6 packets', '1 packet', '0.139 s'; ratios and fractions have no unit word."""
+        t = self.text(value)
+        if t == "n/a" or not self.unit or self.unit in ("ratio", "fraction"):
+            return t
+        unit = self.unit[:-1] if self.unit in COUNT_UNITS and t == "1" else self.unit
+        return f"{t} {unit}"
+
+    def input_files(self) -> str:
+        return ", ".join(INPUTS.get(k, k) for k in self.inputs) or "derived tables"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A metric's value in one run, or None with the reason."""
+    metric: Metric
+    value: float | int | None
+    reason: str | None = None
+
+    @property
+    def text(self) -> str:
+        return self.metric.text(self.value)
+
+
+# ---- computations (each reads what report.analyse put into the Analysis) -------------
+
+def _get(a, section: str, key: str):
+    return (a.metrics.get(section) or {}).get(key)
+
+
+def _kernel(name: str):
+    return lambda a: ((a.metrics.get("reconciliation") or {}).get("kernel") or {}).get(name)
+
+
+def _mean_col(table: str, col: str):
+    def f(a):
+        t = a.tables.get(table)
+        if t is None or not len(t) or col not in t:
+            return None
+        v = pd.to_numeric(t[col], errors="coerce").dropna()
+        return float(v.mean()) if len(v) else None
+    return f
+
+
+def aggregate_mbps(fsum: pd.DataFrame) -> float | None:
+    """All flows' unique payload bytes over the span from the first flow's start to the
+    last flow's last data packet (Mbit/s)."""
+    if fsum is None or fsum.empty:
+        return None
+    span = float(fsum["last_data"].max() - fsum["start"].min())
+    return float(fsum["bytes"].sum()) * 8 / span / 1e6 if span > 0 else None
+
+
+def rounds_with_rto(rounds: pd.DataFrame, retrans: pd.DataFrame | None) -> int | None:
+    """Incast rounds during which an RTO fired (None without rounds or captures)."""
+    if rounds is None or rounds.empty or retrans is None:
+        return None
+    rto = retrans.loc[retrans["event"].astype(bool) & (retrans["kind"] == "rto"), "t"] \
+        if len(retrans) else pd.Series(dtype=float)
+    t0 = pd.to_numeric(rounds["t_start"], errors="coerce").to_numpy()
+    t1 = pd.to_numeric(rounds["t_end"], errors="coerce").to_numpy()
+    r = rto.to_numpy()
+    return int(sum(((r >= s) & (r <= e)).any() for s, e in zip(t0, t1, strict=True)))
+
+
+def _rounds_with_rto(a):
+    return rounds_with_rto(a.tables.get("rounds"), a.tables.get("retrans")
+                           if _get(a, "reconciliation", "capture_retrans") is not None
+                           else None)
+
+
+def _incast_episodes(a):
+    e = a.tables.get("episodes")
+    return int(e["incast"].sum()) if e is not None and len(e) else 0
+
+
+def _balance_note(a):
+    return (a.metrics.get("balance") or {}).get("note") or \
+        "no leaf-spine links or no byte counters on them"
+
+
+_ITER = ("ps", "ring")
+HEADLINE: list[Metric] = [
+    Metric("iteration_time_mean_s", "mean iteration time", "s",
+           "Wall-clock time of one worker iteration (compute + communication + waiting), "
+           "mean over all workers and iterations.",
+           lambda a: _get(a, "training", "mean_s"), ("workers",),
+           "no iteration events in the worker logs", _ITER, cli=True, plot=True),
+    Metric("iteration_time_median_s", "median iteration time", "s",
+           "Half of the worker iterations took less than this.",
+           lambda a: _get(a, "training", "median_s"), ("workers",),
+           "no iteration events in the worker logs", _ITER),
+    Metric("iteration_time_p95_s", "95th-percentile iteration time", "s",
+           "95 % of worker iterations took less than this: the slow tail that timeouts "
+           "(RTOs) and stragglers make.",
+           lambda a: _get(a, "training", "p95_s"), ("workers",),
+           "no iteration events in the worker logs", _ITER),
+    Metric("step_time_mean_s", "mean synchronous step time", "s",
+           "From the first worker starting iteration i to the last one finishing it, "
+           "mean over iterations: a straggler's delay counts for everybody.",
+           _mean_col("steps", "step_s"), ("workers",),
+           "no iteration events in the worker logs", _ITER),
+    Metric("tc_drops", "queue drops (tc)", "packets",
+           "Packets a full switch egress queue refused, as Linux's qdisc counted them "
+           "(sum over switch ports). On OVS's userspace datapath this counts refusals, "
+           "0-2 per lost packet: read it beside the capture losses.",
+           lambda a: _get(a, "reconciliation", "tc_drops"), ("queues",), cli=True,
+           plot=True),
+    Metric("capture_losses", "losses seen in captures", "packets",
+           "Packets the sender-side capture holds and the receiver-side capture never saw: "
+           "packets really lost inside the network.",
+           lambda a: _get(a, "reconciliation", "capture_losses"), ("pcap", "flows", "losses"),
+           cli=True),
+    Metric("retransmissions", "TCP retransmissions", "packets",
+           "Data packets TCP sent a second time (seen in the captures), whatever the "
+           "trigger: duplicate ACKs, a timeout or a tail-loss probe.",
+           lambda a: _get(a, "reconciliation", "capture_retrans"), ("pcap", "flows"),
+           cli=True, plot=True),
+    Metric("kernel_retrans_segs", "retransmitted segments (kernel)", "segments",
+           "Segments the hosts' kernels say they retransmitted (TcpRetransSegs from nstat); "
+           "should match the captures' retransmissions.",
+           _kernel("TcpRetransSegs"), ("counters",)),
+    Metric("rtos", "retransmission timeouts", "firings",
+           "Retransmission timeouts (RTOs) in the captures: a sender heard nothing for the "
+           "RTO threshold (about 200 ms by default) and resent; the costly kind of "
+           "recovery, a stall of the whole flow.",
+           lambda a: _get(a, "reconciliation", "capture_rto"), ("pcap", "flows"),
+           cli=True, plot=True),
+    Metric("kernel_timeouts", "retransmission timeouts (kernel)", "firings",
+           "RTO timer firings the hosts' kernels counted (TCPTimeouts from nstat).",
+           _kernel("TcpExtTCPTimeouts"), ("counters",)),
+    Metric("goodput_mbps", "incast goodput", "Mbit/s",
+           "Incast benchmark: bytes the client received per round over the round's "
+           "duration, mean over rounds.",
+           _mean_col("rounds", "goodput_mbps"), ("workers",),
+           "no incast rounds in the worker logs", ("incast",), cli=True, plot=True),
+    Metric("rounds_with_rto", "incast rounds with an RTO", "rounds",
+           "Incast rounds during which at least one retransmission timeout fired.",
+           _rounds_with_rto, ("workers", "pcap", "flows"),
+           "no incast rounds in the worker logs", ("incast",)),
+    Metric("throughput_mbps", "aggregate throughput", "Mbit/s",
+           "All flows' payload bytes (retransmissions not counted again) over the time "
+           "from the first flow's start to the last data packet.",
+           lambda a: aggregate_mbps(a.tables.get("flows")), ("pcap", "flows"), plot=True),
+    Metric("incast_episodes", "incast episodes", "episodes",
+           "Intervals in which a switch queue was full (>= 90 % of its limit) or dropping "
+           "while two or more senders sent through it to one receiver.",
+           _incast_episodes, ("queues", "pcap", "fabric")),
+    Metric("spine_max_mean", "spine balance (max/mean bytes)", "ratio",
+           "Bytes on the busiest leaf-spine link direction over the mean of all of them (up "
+           "and down, idle ones included): 1.0 = every link carried the same; traffic in "
+           "one direction only makes at least 2.",
+           lambda a: _get(a, "balance", "max_mean_all"), ("fabric",), _balance_note),
+    Metric("staleness_mean", "mean gradient staleness", "versions",
+           "Parameter server: how many model versions old a gradient was when it was "
+           "applied (0 in synchronous training).",
+           lambda a: (float(a.tables["staleness"].mean())
+                      if len(a.tables.get("staleness", ())) else None), ("workers",),
+           "no staleness values in the logs", ("ps",)),
+    Metric("final_accuracy", "final held-out accuracy", "fraction",
+           "Share of held-out samples the trained model classifies correctly at the end, "
+           "mean over workers.",
+           _mean_col("finals", "accuracy"), ("workers",), "no final event in the logs",
+           _ITER, cli=True),
+    Metric("final_loss", "final training loss", "",
+           "Training loss (cross-entropy) at the end, mean over workers.",
+           _mean_col("finals", "loss"), ("workers",), "no final event in the logs", _ITER),
+]
+
+_REGISTERED: list[Metric] = []
+
+
+def register(*metrics: Metric, kind: str | None = None) -> None:
+    """Declare more headline metrics; names must be new. `kind`: the job kind that
+    declares them (a job's `metrics()`), given to those that name no `kinds` of their
+    own. Metrics every job kind has (an iteration's bound, say) are registered once
+    with `kinds=()`, not once per job."""
+    taken = {m.name for m in all_metrics()}
+    for m in metrics:
+        if m.name in taken:
+            raise ValueError(f"headline metric {m.name!r} is declared twice")
+        taken.add(m.name)
+        _REGISTERED.append(replace(m, kinds=(kind,)) if kind and not m.kinds else m)
+
+
+def unregister(*names: str) -> None:
+    """Remove registered metrics by name (a job leaving the registry; tests). The
+    built-in list cannot be changed."""
+    _REGISTERED[:] = [m for m in _REGISTERED if m.name not in names]
+
+
+def all_metrics() -> list[Metric]:
+    """Every declared metric, built-in first, then registered ones in order."""
+    return HEADLINE + _REGISTERED
+
+
+def metrics_for(kind: str | None) -> list[Metric]:
+    """The metrics a run of job `kind` ('ps', 'ring', 'incast', ...) measures."""
+    return [m for m in all_metrics() if m.applies(kind)]
+
+
+def by_name(name: str) -> Metric:
+    for m in all_metrics():
+        if m.name == name:
+            return m
+    raise KeyError(name)
+
+
+def compared() -> list[Metric]:
+    """Metrics in `incastlab compare`'s table (mean and 95 % CI per group)."""
+    return [m for m in all_metrics() if m.compare]
+
+
+def plotted() -> list[Metric]:
+    """Metrics `incastlab compare` draws."""
+    return [m for m in all_metrics() if m.plot]
+
+
+def for_cli() -> list[Metric]:
+    """Metrics the terminal printout shows after each run."""
+    return [m for m in all_metrics() if m.cli]
+
+
+def run_kind(mode: str | None, spec: dict | None) -> str | None:
+    """The job kind of a run: from the mode its workers logged, else the spec's
+    `workload.kind`, else None (unknown)."""
+    if mode in MODE_KINDS:
+        return MODE_KINDS[mode]
+    kind = ((spec or {}).get("workload") or {}).get("kind")
+    return str(kind) if kind else None
+
+
+def _number(v):
+    """A plain int/float for JSON (NaN/inf and non-numbers become None)."""
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    if math.isnan(f) or math.isinf(f):
+        return None
+    return int(v) if isinstance(v, int) or (hasattr(v, "dtype") and v.dtype.kind in "iu") \
+        else f
+
+
+def evaluate(a, kind: str | None = None) -> list[Reading]:
+    """Compute every declared metric on Analysis `a` (its tables and the non-headline
+    parts of a.metrics must be in place). A metric that raises is n/a and the error is
+    added to a.problems."""
+    out = []
+    for m in all_metrics():
+        gone = [k for k in m.inputs if k in a.missing]
+        if gone:
+            out.append(Reading(m, None, "; ".join(a.missing[k] for k in gone)))
+            continue
+        try:
+            value = _number(m.compute(a))
+        except Exception as exc:  # noqa: BLE001 - one metric's bug must not cost the rest
+            a.problems.append(f"metric {m.name} could not be computed "
+                              f"({type(exc).__name__}: {exc})")
+            out.append(Reading(m, None, f"could not be computed ({type(exc).__name__})"))
+            continue
+        reason = None
+        if value is None:
+            if not m.applies(kind):
+                reason = f"not measured in {kind} runs"
+            else:
+                reason = m.absent(a) if callable(m.absent) else m.absent
+        out.append(Reading(m, value, reason))
+    return out
+
+
+def headline(readings: Iterable[Reading]) -> dict:
+    """{name: value} for metrics.json's `headline`."""
+    return {r.metric.name: r.value for r in readings}
+
+
+def not_available(readings: Iterable[Reading]) -> dict:
+    """{name: why it is None} for metrics.json's `headline_na`."""
+    return {r.metric.name: r.reason for r in readings if r.value is None}
+
+
+def from_json(metrics: dict) -> list[Reading]:
+    """Readings from a written metrics.json (the CLI and compare read files)."""
+    head = metrics.get("headline") or {}
+    na = metrics.get("headline_na") or {}
+    return [Reading(m, _number(head.get(m.name)),
+                    None if head.get(m.name) is not None
+                    else na.get(m.name, "not in this metrics.json"))
+            for m in all_metrics()]
+
+
+def shown(readings: Iterable[Reading], kind: str | None) -> list[Reading]:
+    """The readings a report shows for a run of `kind`: those its kind measures, and
+    any other that has a value."""
+    return [r for r in readings if r.value is not None or r.metric.applies(kind)]
