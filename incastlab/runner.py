@@ -23,13 +23,13 @@ from incastlab.capture.cpu import CpuMonitor
 from incastlab.capture.pcap import start_captures
 from incastlab.controller.registry import POLICIES
 from incastlab.fabric import DEFAULT_CONTROLLER_PORT, Fabric, Terminated
+from incastlab.jobs import job_for
 from incastlab.lock import RunLock
 from incastlab.manifest import Manifest
 from incastlab.preflight import run_preflight
 from incastlab.progress import Progress
 from incastlab.spec import Spec, validate
 from incastlab.topologies import naming
-from incastlab.workloads import WORKLOADS, expected_iterations
 
 MIN_FREE_BYTES = 512 * 2**20     # refuse to start captures below this
 LOW_FREE_BYTES = 128 * 2**20     # stop captures when the disk gets this full
@@ -59,6 +59,12 @@ def policy_args(spec: Spec) -> list[str]:
         args += ["--spine", str(spec.routing.spine)]
     if "idle_timeout" in options:
         args += ["--idle-timeout", str(spec.routing.idle_timeout_s)]
+    if "apps" in options:
+        # files absolute: the controller must find them whatever its working directory
+        for app in spec.routing.app:
+            args += ["--app", str(Path(app).resolve()) if app.endswith(".py") else app]
+    if "controller" in options:
+        args += ["--controller", spec.routing.controller]
     return args
 
 
@@ -144,7 +150,9 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
                 progress.phase("captures starting")
                 captures = start_captures(fab, spec.capture_interfaces(), run_dir / "pcap",
                                           spec.capture.snaplen, spec.run.phase_timeout_s)
-            launches = WORKLOADS[spec.workload.kind](spec, fmap, str(run_dir / "workers"))
+            job = job_for(spec.workload.kind)
+            ips = {h["name"]: h["ip"] for h in fmap["hosts"]}
+            launches = job.launches(spec, ips, str(run_dir / "workers"))
             placed = spec.placement()
             manifest.update(placement={"servers": list(placed.servers),
                                        "workers": list(placed.workers)},
@@ -210,10 +218,12 @@ def _start_workload(fab: Fabric, launches, log_dir: Path) -> list:
     return procs
 
 
-def _iterations_logged(path: Path) -> int:
+def _progress_logged(path: Path, event: str) -> int:
+    """Lines of ``event`` in a JSONL log (the apps write compact JSON: ``"event":"x"``)."""
+    marker = f'"event":"{event}"'.encode()
     try:
         with open(path, "rb") as f:
-            return sum(1 for line in f if b'"iteration"' in line or b'"round"' in line)
+            return sum(1 for line in f if marker in line)
     except OSError:
         return 0
 
@@ -248,9 +258,11 @@ def _wait_workload(spec, fab, procs, launches, captures, run_dir, deadline, prog
             progress.phase("disk nearly full: captures stopped")
             captures.clear()
         if time.monotonic() - last_shown >= 1.0:
-            done = {launch.host: _iterations_logged(log_dir / f"{launch.rank}.jsonl")
+            job = job_for(spec.workload.kind)
+            done = {launch.host: _progress_logged(log_dir / f"{launch.rank}.jsonl",
+                                                  job.progress_event)
                     for launch in launches if launch.counts_iterations}
-            want = expected_iterations(spec, launches[0])
+            want = job.expected_progress(spec.workload)
             progress.iterations(done, want)
             if not steady and done and all(done.values()):
                 # Start judging CPU saturation once every process is iterating: the

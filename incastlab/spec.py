@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import itertools
 import re
 import sys
@@ -39,7 +38,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from incastlab import jobs
 from incastlab.controller import registry as controller_registry
+from incastlab.fields import boolean as _bool
+from incastlab.fields import choice as _choice
+from incastlab.fields import did_you_mean as _did_you_mean
+from incastlab.fields import int_check as _int
+from incastlab.fields import is_int as _is_int
+from incastlab.fields import is_num as _is_num
+from incastlab.fields import num_check as _num
+from incastlab.fields import optional as _optional
+from incastlab.fields import pattern as _pattern
+from incastlab.fields import spec_field as _f
+from incastlab.jobs.base import Roles, Straggler
 from incastlab.topologies import naming
 
 TOPOLOGY_KINDS = ("leafspine", "star")
@@ -48,9 +59,6 @@ CONGESTION_CONTROLS = ("cubic", "reno", "bbr")
 POLICIES = tuple(controller_registry.POLICIES)
 POLL_RANGE = (min(p.poll_range[0] for p in controller_registry.POLICIES.values()),
               max(p.poll_range[1] for p in controller_registry.POLICIES.values()))
-WORKLOAD_KINDS = ("ps", "ring", "incast")
-PS_MODES = ("sync", "async", "ssp", "backup")
-RING_IMPLS = ("ring", "gloo")
 MAX_SWEEP_RUNS = 500
 FORMAT_VERSION = 1
 
@@ -65,74 +73,7 @@ class SpecError(ValueError):
         super().__init__(f"invalid spec{where}:\n" + "\n".join(f"  {e}" for e in self.errors))
 
 
-# --- field checks ------------------------------------------------------------------------
-# A check takes a value and returns None when it is allowed, else the text that follows
-# "table.field: ", naming the value and what is allowed.
-
-Check = Callable[[Any], "str | None"]
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _bounds(low, high, low_open=False, unit="") -> str:
-    if low is not None and high is not None and not low_open:
-        text = f" from {low} to {high}"
-    else:
-        parts = []
-        if low is not None:
-            parts.append(f"{'>' if low_open else '>='} {low}")
-        if high is not None:
-            parts.append(f"<= {high}")
-        text = " " + " and ".join(parts) if parts else ""
-    return text + (f" ({unit})" if unit else "")
-
-
-def _int(low: int | None = None, high: int | None = None, unit: str = "") -> Check:
-    def check(v):
-        if _is_int(v) and (low is None or v >= low) and (high is None or v <= high):
-            return None
-        return f"{v!r} is not an integer{_bounds(low, high, unit=unit)}"
-    return check
-
-
-def _num(low: float | None = None, high: float | None = None, *, low_open: bool = False,
-         unit: str = "") -> Check:
-    def check(v):
-        if _is_num(v) and (low is None or (v > low if low_open else v >= low)) and (
-                high is None or v <= high):
-            return None
-        return f"{v!r} is not a number{_bounds(low, high, low_open, unit)}"
-    return check
-
-
-def _choice(*values: str) -> Check:
-    def check(v):
-        return None if isinstance(v, str) and v in values else \
-            f"{v!r} is not one of {', '.join(values)}"
-    return check
-
-
-def _optional(inner: Check) -> Check:
-    def check(v):
-        return None if v is None else inner(v)
-    return check
-
-
-def _bool(v) -> str | None:
-    return None if isinstance(v, bool) else f"{v!r} is not true or false"
-
-
-def _pattern(regex: str, what: str) -> Check:
-    def check(v):
-        return None if isinstance(v, str) and re.fullmatch(regex, v) else f"{v!r} is not {what}"
-    return check
-
+# --- field checks (incastlab.fields; the underscore names are this module's own use) -----
 
 _DELAY_RE = r"\d+(\.\d+)?(us|ms|s)"  # the same form LeafSpineTopo accepts
 _NAME_RE = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
@@ -147,35 +88,6 @@ def _worker_leaves(v) -> str | None:
     return f"{v!r} is not \"spread\" or a list of distinct leaf indices >= 1"
 
 
-def _stragglers(v) -> str | None:
-    what = "a list of {rank = integer >= 0, factor = number >= 1} tables"
-    if not isinstance(v, list):
-        return f"{v!r} is not {what}"
-    problems = []
-    for i, item in enumerate(v):
-        if not isinstance(item, dict):
-            problems.append(f"[{i}]: {item!r} is not a table {{rank = ..., factor = ...}}")
-            continue
-        for key in item:
-            if key not in ("rank", "factor"):
-                hint = _did_you_mean(key, ("rank", "factor"))
-                problems.append(f"[{i}].{key}: unknown key{hint}")
-        if "rank" not in item:
-            problems.append(f"[{i}].rank: missing; an integer >= 0 (worker rank)")
-        elif not (_is_int(item["rank"]) and item["rank"] >= 0):
-            problems.append(f"[{i}].rank: {item['rank']!r} is not an integer >= 0")
-        if "factor" not in item:
-            problems.append(f"[{i}].factor: missing; a number >= 1 (compute-time multiplier)")
-        elif not (_is_num(item["factor"]) and item["factor"] >= 1):
-            problems.append(f"[{i}].factor: {item['factor']!r} is not a number >= 1 "
-                            "(compute-time multiplier)")
-    ranks = [item.get("rank") for item in v if isinstance(item, dict)]
-    for rank in sorted({r for r in ranks if _is_int(r) and ranks.count(r) > 1}):
-        problems.append(f": rank {rank} is listed more than once")
-    # Several problems, one per line, each continuing "workload.stragglers".
-    return "\n".join(problems) or None
-
-
 def _ports(v) -> str | None:
     if v == "default":
         return None
@@ -188,15 +100,6 @@ def _ports(v) -> str | None:
 
 
 # --- the schema --------------------------------------------------------------------------
-
-def _f(default, check: Check, doc: str, *, sweep: bool = False, list_valued: bool = False):
-    """A schema field: its default, its check, one line of documentation, and whether a
-    list there means a sweep (``sweep``) or is the value itself (``list_valued``)."""
-    meta = {"check": check, "doc": doc, "sweep": sweep, "list_valued": list_valued}
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
 
 @dataclass
 class Topology:
@@ -233,73 +136,97 @@ class Routing:
     """``[routing]``: which spine each flow crosses."""
 
     policy: str = _f("ecmp", _choice(*POLICIES),
-                     "single path, ECMP hashing, round-robin spread, or adaptive "
-                     "(least-loaded spine from port statistics)", sweep=True)
+                     "single path, ECMP hashing, round-robin spread, adaptive "
+                     "(least-loaded spine from port statistics), app (your own os-ken or "
+                     "Ryu apps: routing.app) or external (a controller you run: "
+                     "routing.controller)", sweep=True)
     poll_interval_s: float = _f(0.2, _num(*POLL_RANGE, unit="s"),
                                 "port-statistics polling interval; adaptive needs 0.1 to 0.5")
     idle_timeout_s: int = _f(controller_registry.DEFAULT_IDLE_TIMEOUT, _int(1, 65_535, unit="s"),
                              "spread, adaptive: idle timeout of per-flow entries")
     spine: int = _f(1, _int(1, naming.MAX_SPINES),
                     "single: the spine every inter-leaf flow crosses")
+    app: list[str] = _f([], controller_registry.check_apps,
+                        "app: your apps, .py files (relative to where incastlab runs) or "
+                        "module names; their ryu.* imports run on os-ken", list_valued=True)
+    controller: str = _f(controller_registry.DEFAULT_EXTERNAL,
+                         controller_registry.check_controller,
+                         "external: the controller you run, 127.x.y.z:PORT (loopback only)")
+
+
+def _job_kind(v) -> str | None:
+    # read at check time, so a job registered later is a valid kind
+    return _choice(*jobs.JOBS)(v)
 
 
 @dataclass
-class Straggler:
-    """A slow worker: its compute time is multiplied by ``factor`` (>= 1). ``rank`` is
-    the worker's index, 0 to workers - 1, i.e. ``Placement.workers[rank]``; PS hosts are
-    not counted (the PS app numbers its processes servers first: app rank = shards + rank)."""
+class WorkloadCommon:
+    """The ``[workload]`` fields every job kind has: which kind, its timeout, where its
+    hosts go, and the hosts' minimum RTO. Each job kind adds its own fields (its
+    ``Fields`` dataclass in ``incastlab.jobs.<kind>``); :class:`Workload` is the table
+    with all of them."""
 
-    rank: int
-    factor: float
-
-
-@dataclass
-class Workload:
-    """``[workload]``: the programs in the hosts and where they run."""
-
-    kind: str = _f("ps", _choice(*WORKLOAD_KINDS),
-                   "ps: parameter server; ring: ring all-reduce; incast: incast benchmark",
-                   sweep=True)
-    mode: str = _f("sync", _choice(*PS_MODES),
-                   "PS consistency: sync, async, ssp (bounded staleness), backup "
-                   "(drop the last backup_workers gradients of each step)", sweep=True)
-    workers: int = _f(3, _int(1, 1000), "training workers (ps) or ring ranks (ring)",
-                      sweep=True)
-    shards: int = _f(1, _int(1, 100), "PS hosts the model is sharded over (ps)")
-    staleness: int | None = _f(None, _optional(_int(0, 1000, unit="steps")),
-                               "ssp: how far the fastest worker may run ahead; "
-                               "required for mode ssp", sweep=True)
-    backup_workers: int | None = _f(None, _optional(_int(0, 999)),
-                                    "backup: late gradients dropped per step; required for "
-                                    "mode backup, fewer than workers", sweep=True)
-    impl: str = _f("ring", _choice(*RING_IMPLS),
-                   "ring: our chunked ring all-reduce; gloo: torch.distributed all_reduce",
-                   sweep=True)
-    model_size: int = _f(250_000, _int(10_000, 10_000_000, unit="parameters"),
-                         "model parameter count (float32: 4 bytes each)", sweep=True)
-    iterations: int = _f(10, _int(1, 100_000), "training iterations per worker")
-    batch_size: int = _f(32, _int(1, 65_536), "samples per worker per iteration")
-    lr: float = _f(0.5, _num(0, 10, low_open=True), "SGD learning rate (no momentum)")
+    kind: str = _f("ps", _job_kind, "the job: ps: parameter server; ring: ring all-reduce; "
+                   "incast: incast benchmark (incastlab.jobs has one module each)", sweep=True)
     timeout_s: float = _f(120.0, _num(0, 86_400, low_open=True, unit="s"),
                           "communication timeout of the apps (a stalled peer fails the run)")
-    stragglers: list[Straggler] = _f([], _stragglers,
-                                     "slow workers: [{rank = worker rank (0-based, PS hosts "
-                                     "not counted), factor = compute-time multiplier}]",
-                                     list_valued=True)
     ps_leaf: int = _f(1, _int(1, naming.MAX_LEAVES),
-                      "leaf of the PS host(s) (ps) or the receiver (incast)")
+                      "leaf of the job's servers: the PS host(s) (ps) or the receiver (incast)")
     worker_leaves: list[int] | str = _f("spread", _worker_leaves,
                                         "leaves the workers/senders fill round-robin, or "
                                         "\"spread\": all leaves, the PS leaf last",
                                         list_valued=True)
-    senders: int = _f(4, _int(1, naming.MAX_HOSTS_PER_LEAF - 1),
-                      "incast: hosts sending to the receiver at once", sweep=True)
-    block_bytes: int = _f(131_072, _int(1, 1 << 30, unit="bytes"),
-                          "incast: bytes each sender sends per round")
-    rounds: int = _f(20, _int(1, 100_000), "incast: synchronized rounds")
     rto_min_ms: float | None = _f(None, _optional(_num(0, 60_000, low_open=True, unit="ms")),
                                   "minimum TCP retransmission timeout set on every host's "
                                   "routes; default: the kernel's (200 ms)", sweep=True)
+
+
+def _compose_workload() -> type:
+    """The ``[workload]`` table: the kind, each registered job's fields in registry
+    order, then the other common fields (a field two jobs share, such as ``workers``,
+    comes from one shared declaration and appears once). Field metadata gains ``jobs``:
+    the kinds that use it (empty for the common fields)."""
+    fields: dict[str, tuple[str, Any, dataclasses.Field]] = {}
+    owners: dict[str, list[str]] = {}
+
+    def type_text(t) -> str:  # annotations as text, as `from __future__ import annotations`
+        return t if isinstance(t, str) else getattr(t, "__name__", repr(t))
+
+    common = dataclasses.fields(WorkloadCommon)
+    for f in common:
+        owners[f.name] = []
+    fields["kind"] = ("kind", type_text(common[0].type), common[0])
+    for kind, job in jobs.JOBS.items():
+        for f in dataclasses.fields(job.Fields):
+            if f.name in owners:
+                seen = fields.get(f.name, (None, None, f))[2]
+                if owners[f.name] == [] or seen.metadata["check"] is not f.metadata["check"]:
+                    whose = "is common" if not owners[f.name] else "another job declares"
+                    raise TypeError(f"job {kind!r} declares workload.{f.name}, which {whose}; "
+                                    "share one declaration (e.g. jobs.base.TrainingFields)")
+                owners[f.name].append(kind)
+                continue
+            fields[f.name] = (f.name, type_text(f.type), f)
+            owners[f.name] = [kind]
+    for f in common[1:]:  # the kind first, the jobs' fields, then the rest (sweep order)
+        fields[f.name] = (f.name, type_text(f.type), f)
+    spec_fields = []
+    for name, ftype, f in fields.values():
+        kw = {"metadata": {**f.metadata, "jobs": tuple(owners[name])}}
+        if f.default is not dataclasses.MISSING:
+            kw["default"] = f.default
+        else:
+            kw["default_factory"] = f.default_factory
+        spec_fields.append((name, ftype, field(**kw)))
+    cls = dataclasses.make_dataclass(
+        "Workload", spec_fields,
+        namespace={"__doc__": "``[workload]``: the job and its hosts (common fields plus "
+                              "every job kind's own; see incastlab.jobs)."})
+    cls.__module__ = __name__
+    return cls
+
+
+Workload = _compose_workload()
 
 
 @dataclass
@@ -349,7 +276,7 @@ class Spec:
 
     topology: Topology = field(default_factory=Topology)
     routing: Routing = field(default_factory=Routing)
-    workload: Workload = field(default_factory=Workload)
+    workload: Any = field(default_factory=lambda: TABLES["workload"]())
     capture: Capture = field(default_factory=Capture)
     run: Run = field(default_factory=Run)
     source: str | None = field(default=None, compare=False, repr=False)
@@ -443,11 +370,27 @@ class Spec:
 
 TABLES: dict[str, type] = {"topology": Topology, "routing": Routing, "workload": Workload,
                            "capture": Capture, "run": Run}
-SWEEPABLE: tuple[str, ...] = tuple(
-    f"{t}.{f.name}" for t, cls in TABLES.items() for f in dataclasses.fields(cls)
-    if f.metadata["sweep"])
-if len({key.split(".")[1] for key in SWEEPABLE}) != len(SWEEPABLE):
-    raise RuntimeError("sweep labels use bare field names: sweepable names must be unique")
+
+
+def _sweepable() -> tuple[str, ...]:
+    keys = tuple(f"{t}.{f.name}" for t, cls in TABLES.items() for f in dataclasses.fields(cls)
+                 if f.metadata["sweep"])
+    if len({key.split(".")[1] for key in keys}) != len(keys):
+        raise RuntimeError("sweep labels use bare field names: sweepable names must be unique")
+    return keys
+
+
+SWEEPABLE: tuple[str, ...] = _sweepable()
+
+
+def _rebuild_workload() -> None:
+    """A job was registered or removed: rebuild the [workload] table from the registry."""
+    global Workload, SWEEPABLE
+    Workload = TABLES["workload"] = _compose_workload()
+    SWEEPABLE = _sweepable()
+
+
+jobs.on_change(_rebuild_workload)
 
 
 def _iter_fields(spec: Spec):
@@ -460,11 +403,6 @@ def _iter_fields(spec: Spec):
 def _set(spec: Spec, key: str, value) -> None:
     table, name = key.split(".")
     setattr(getattr(spec, table), name, value)
-
-
-def _did_you_mean(word: str, candidates: Iterable[str], fmt: str = "'{}'") -> str:
-    match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean {fmt.format(match[0])}?)" if match else ""
 
 
 # --- loading -----------------------------------------------------------------------------
@@ -726,31 +664,17 @@ def _point_problems(p: Spec, caps: dict[str, Any], bad: set[str]) -> list[str]:
             and r.spine > t.spines:
         errors.append(f"routing.spine: {r.spine!r} is not a spine of this fabric "
                       f"(1 to {t.spines})")
-    if w.kind == "ring" and ok("workload.workers") and w.workers < 2:
-        errors.append(f"workload.workers: {w.workers!r} is not an integer >= 2, as a ring "
-                      "needs")
-    if w.kind == "ps" and w.mode == "ssp" and w.staleness is None and ok("workload.staleness"):
-        errors.append("workload.staleness: missing; mode ssp needs an integer >= 0 (steps the "
-                      "fastest worker may run ahead of the slowest)")
-    if w.kind == "ps" and w.mode == "backup" and ok("workload.backup_workers",
-                                                    "workload.workers"):
-        if w.backup_workers is None:
-            errors.append("workload.backup_workers: missing; mode backup needs an integer "
-                          "from 0 to workload.workers - 1")
-        elif w.backup_workers >= w.workers:
-            errors.append(f"workload.backup_workers: {w.backup_workers!r} is not from 0 to "
-                          f"{w.workers - 1} (fewer than workload.workers = {w.workers})")
-    count_key = "workload.senders" if w.kind == "incast" else "workload.workers"
-    if ok("workload.stragglers", count_key):
-        count = w.senders if w.kind == "incast" else w.workers
-        for i, s in enumerate(w.stragglers):
-            rank = s.rank if isinstance(s, Straggler) else s["rank"]
-            if rank >= count:
-                errors.append(f"workload.stragglers[{i}].rank: {rank!r} is not a worker rank "
-                              f"from 0 to {count - 1}")
+    if r.policy in POLICIES and controller_registry.POLICIES[r.policy].user_apps \
+            and ok("routing.app") and not r.app:
+        errors.append(f"routing.app: missing; policy {r.policy} needs at least one app, a .py "
+                      "file or a module name")
+    if not ok("workload.kind"):
+        return errors
+    job = jobs.JOBS[w.kind]
+    errors += job.check(w, ok)
     topo_keys = [f"topology.{f.name}" for f in dataclasses.fields(Topology)]
-    place_keys = ["workload.kind", "workload.workers", "workload.shards", "workload.senders",
-                  "workload.ps_leaf", "workload.worker_leaves"]
+    place_keys = ["workload.ps_leaf", "workload.worker_leaves",
+                  *(f"workload.{name}" for name in job.host_count_fields)]
     if not ok(*topo_keys) or any(e.startswith("topology.") for e in errors):
         return errors
     if not ok(*place_keys):
@@ -816,19 +740,14 @@ def _topology_error(message: str) -> str:
 
 # --- placement ---------------------------------------------------------------------------
 
-def _roles(p: Spec) -> tuple[int, int, str, str]:
-    """(servers, workers, noun for workers, noun for servers) of the workload."""
-    w = p.workload
-    if w.kind == "ps":
-        return w.shards, w.workers, "workers", "PS host" if w.shards == 1 else "PS hosts"
-    if w.kind == "incast":
-        return 1, w.senders, "senders", "receiver"
-    return 0, w.workers, "ring ranks", ""
+def _roles(p: Spec) -> Roles:
+    """Host counts and nouns of the spec's job (``incastlab.jobs``)."""
+    return jobs.JOBS[p.workload.kind].roles(p.workload)
 
 
 def _star_senders(p: Spec) -> int:
-    servers, workers, _, _ = _roles(p)
-    return p.topology.senders or max(servers + workers - 1, 1)
+    roles = _roles(p)
+    return p.topology.senders or max(roles.servers + roles.workers - 1, 1)
 
 
 def _shape(p: Spec) -> tuple[int, int]:
@@ -857,8 +776,10 @@ def _interfaces(p: Spec) -> set[str]:
 
 def _place(p: Spec) -> tuple[Placement | None, list[str]]:
     w = p.workload
-    n_servers, n_workers, noun, server_noun = _roles(p)
-    count_key = "workload.senders" if w.kind == "incast" else "workload.workers"
+    roles = _roles(p)
+    n_servers, n_workers, noun, server_noun = (roles.servers, roles.workers,
+                                               roles.worker_noun, roles.server_noun)
+    count_key = roles.count_field
     leaves, per_leaf = _shape(p)
     errors = []
     if p.topology.kind == "star":
@@ -950,8 +871,11 @@ def schema_rows() -> list[tuple[str, str, str, str]]:
             allowed = probe.split(" is not ", 1)[1] if probe and " is not " in probe else ""
             if f.metadata["sweep"]:
                 allowed += "; sweepable"
+            doc = f.metadata["doc"]
+            if f.metadata.get("jobs"):  # a job's own field: say which kinds read it
+                doc = f"[{', '.join(f.metadata['jobs'])}] {doc}"
             rows.append((f"{table}.{f.name}", "(absent)" if default is None else repr(default),
-                         allowed, f.metadata["doc"]))
+                         allowed, doc))
     return rows
 
 

@@ -1,0 +1,212 @@
+"""What a job kind is: the interface every job plugin implements, and the parts the
+built-in jobs share.
+
+A job kind (``ps``, ``ring``, ``incast``, ...) is one module in this package that owns,
+in one place, everything that differs from one kind to another:
+
+- its spec fields: a dataclass ``Fields`` of :func:`incastlab.fields.spec_field` fields,
+  which become fields of the spec's ``[workload]`` table (validated, documented and
+  swept like every other field) plus ``check()`` for the rules that involve more than
+  one field;
+- its roles and host counts (``roles()``), from which the spec places it on the fabric;
+- its launch plan (``launches()``: which program runs in which host, with which
+  arguments; the apps stay standalone programs);
+- how its progress is counted (``progress_event``, ``expected_progress()``);
+- its cost model (``bound()``: the lower bound of one iteration on the fabric it ran
+  on) and what it adds to the analysis (``tables()``, ``sections()``, ``metrics()``).
+
+The orchestrator (spec, runner) and the analysis loop over the registry in
+:mod:`incastlab.jobs`; none of them branches on a kind's name. Adding a job is its
+module, one registry line, a spec in ``specs/`` and its tests.
+
+Nothing here imports Mininet, os-ken or torch, so the analysis (which asks a run's job
+for its sections) still runs on any laptop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+from incastlab.apps.commands import Endpoint
+from incastlab.fields import did_you_mean, int_check, is_int, is_num, num_check, spec_field
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from collections.abc import Callable, Mapping
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One process of a job: the host it runs in, its argv (never through a shell), its
+    rank in the job's own numbering, its role, and whether its log counts progress."""
+
+    host: str
+    argv: list[str]
+    rank: int
+    role: str
+    counts_iterations: bool
+
+
+@dataclass(frozen=True)
+class Roles:
+    """How many hosts a job needs and what to call them in messages.
+
+    ``servers`` are placed first, on ``workload.ps_leaf`` (a PS, an incast receiver);
+    ``workers`` fill ``workload.worker_leaves``. ``count_field`` is the spec field that
+    sets the number of workers (errors about too many hosts name it)."""
+
+    servers: int
+    workers: int
+    worker_noun: str
+    server_noun: str = ""
+    count_field: str = "workload.workers"
+
+
+class Section(NamedTuple):
+    """A report section: its title, its HTML and its Markdown."""
+
+    title: str
+    html: str
+    markdown: str
+
+
+class Job:
+    """The interface of a job kind. Subclasses set the class attributes and override
+    the methods; the defaults are what a job without that feature does."""
+
+    kind: ClassVar[str]          # the registry key, `workload.kind`
+    summary: ClassVar[str]       # one line, for `--help` and the schema
+    Fields: ClassVar[type]       # dataclass of its [workload] fields (spec_field)
+    progress_event: ClassVar[str] = "iteration"   # the JSONL event one step logs
+    host_count_fields: ClassVar[tuple[str, ...]] = ("workers",)  # fields roles() reads
+
+    # -- spec ------------------------------------------------------------------------
+    def roles(self, w) -> Roles:
+        """Host counts of workload table ``w`` (a single-valued point)."""
+        raise NotImplementedError
+
+    def check(self, w, ok: Callable[..., bool]) -> list[str]:
+        """Problems involving more than one field of ``w`` (single-valued), each naming
+        its field. ``ok(*keys)`` is False when one of those fields already failed its
+        own check (then skip the rule)."""
+        return []
+
+    # -- launch ----------------------------------------------------------------------
+    def launches(self, spec, ips: Mapping[str, str], out_dir: str) -> list[Launch]:
+        """The processes to start, in start order. ``ips`` maps host name to address
+        (from the fabric map); ``out_dir`` is where the apps write their JSONL logs."""
+        raise NotImplementedError
+
+    def expected_progress(self, w) -> int:
+        """How many ``progress_event`` lines a counting process logs when done
+        (progress display only)."""
+        return int(w.iterations)
+
+    # -- analysis (see incastlab.jobs.analysis for the context object) ----------------
+    def bound(self, ctx) -> Any:
+        """The lower bound of one iteration on this run's fabric (an
+        ``analysis.costmodel.Bound``), or None when the job has none."""
+        return None
+
+    def tables(self, ctx) -> dict:
+        """Job-specific tables (name -> DataFrame) for the report and metrics.json."""
+        return {}
+
+    def sections(self, ctx, figs: Mapping[str, Any]) -> list[Section]:
+        """Job-specific report sections, after the common ones."""
+        return []
+
+    def plots(self, ctx) -> dict[str, Callable]:
+        """Job-specific figures: name -> function(path) -> path or None."""
+        return {}
+
+    def metrics(self) -> list:
+        """Job-specific headline metrics (``analysis.metrics.Metric`` declarations)."""
+        return []
+
+
+# --- parts the training jobs share ------------------------------------------------------
+
+@dataclass
+class Straggler:
+    """A slow worker: its compute time is multiplied by ``factor`` (>= 1). ``rank`` is
+    the worker's index, 0 to workers - 1, i.e. ``Placement.workers[rank]``; PS hosts are
+    not counted (the PS app numbers its processes servers first: app rank = shards + rank)."""
+
+    rank: int
+    factor: float
+
+
+def stragglers_check(v) -> str | None:
+    what = "a list of {rank = integer >= 0, factor = number >= 1} tables"
+    if not isinstance(v, list):
+        return f"{v!r} is not {what}"
+    problems = []
+    for i, item in enumerate(v):
+        if isinstance(item, Straggler):
+            item = {"rank": item.rank, "factor": item.factor}
+        if not isinstance(item, dict):
+            problems.append(f"[{i}]: {item!r} is not a table {{rank = ..., factor = ...}}")
+            continue
+        for key in item:
+            if key not in ("rank", "factor"):
+                hint = did_you_mean(key, ("rank", "factor"))
+                problems.append(f"[{i}].{key}: unknown key{hint}")
+        if "rank" not in item:
+            problems.append(f"[{i}].rank: missing; an integer >= 0 (worker rank)")
+        elif not (is_int(item["rank"]) and item["rank"] >= 0):
+            problems.append(f"[{i}].rank: {item['rank']!r} is not an integer >= 0")
+        if "factor" not in item:
+            problems.append(f"[{i}].factor: missing; a number >= 1 (compute-time multiplier)")
+        elif not (is_num(item["factor"]) and item["factor"] >= 1):
+            problems.append(f"[{i}].factor: {item['factor']!r} is not a number >= 1 "
+                            "(compute-time multiplier)")
+    ranks = [_rank_of(item) for item in v]
+    for rank in sorted({r for r in ranks if is_int(r) and ranks.count(r) > 1}):
+        problems.append(f": rank {rank} is listed more than once")
+    # Several problems, one per line, each continuing "workload.stragglers".
+    return "\n".join(problems) or None
+
+
+def _rank_of(item):
+    if isinstance(item, Straggler):
+        return item.rank
+    return item.get("rank") if isinstance(item, dict) else None
+
+
+def straggler_problems(w, count: int, ok: Callable[..., bool], count_key: str) -> list[str]:
+    """Every straggler's rank must be a worker of this job (0 to count - 1)."""
+    if not ok("workload.stragglers", count_key):
+        return []
+    return [f"workload.stragglers[{i}].rank: {_rank_of(s)!r} is not a worker rank from 0 to "
+            f"{count - 1}" for i, s in enumerate(w.stragglers) if _rank_of(s) >= count]
+
+
+@dataclass
+class TrainingFields:
+    """Fields every training job (PS, ring, ...) has: the model, the steps, the SGD
+    learning rate and the stragglers. A job's ``Fields`` inherits them."""
+
+    workers: int = spec_field(3, int_check(1, 1000),
+                              "training workers (ps) or ring ranks (ring)", sweep=True)
+    model_size: int = spec_field(250_000, int_check(10_000, 10_000_000, unit="parameters"),
+                                 "model parameter count (float32: 4 bytes each)", sweep=True)
+    iterations: int = spec_field(10, int_check(1, 100_000), "training iterations per worker")
+    batch_size: int = spec_field(32, int_check(1, 65_536), "samples per worker per iteration")
+    lr: float = spec_field(0.5, num_check(0, 10, low_open=True),
+                           "SGD learning rate (no momentum)")
+    stragglers: list[Straggler] = spec_field(
+        [], stragglers_check, "slow workers: [{rank = worker rank (0-based, PS hosts not "
+        "counted), factor = compute-time multiplier}]", list_valued=True)
+
+
+def training_options(spec) -> dict:
+    """The options every training app takes, from the spec."""
+    w = spec.workload
+    return {"timeout": f"{w.timeout_s:g}", "iterations": w.iterations,
+            "model_size": f"{w.model_size / 1e6:.6g}",  # the apps take millions
+            "batch_size": w.batch_size, "lr": f"{w.lr:g}", "seed": spec.run.seed}
+
+
+def endpoints(ips: Mapping[str, str], hosts) -> list[Endpoint]:
+    """The apps' view of hosts: address and the interface gloo must use."""
+    return [Endpoint(ips[h], f"{h}-eth0") for h in hosts]
