@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import metrics
 from . import plots as plotting
 
 def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
@@ -129,6 +130,40 @@ def _img(path: Path | None, alt: str) -> str:
     return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{b64}'>"
 
 
+def headline_section(a) -> tuple[str, str, str]:
+    """The headline table: every declared metric this run's job measures (metrics.py),
+    with its value, unit and meaning; n/a rows say why."""
+    readings = metrics.shown(metrics.from_json(a.metrics), a.metrics["run"].get("kind"))
+    rows, md = [], ["| metric | value | meaning |", "|---|---|---|"]
+    for r in readings:
+        m = r.metric
+        why = f" n/a: {r.reason}" if r.value is None and r.reason else ""
+        rows.append(
+            f"<tr><th class='l'>{html.escape(m.label)}<br><code>{html.escape(m.name)}</code>"
+            f"</th><td class='v'>{html.escape(r.text)}</td><td class='l'>"
+            f"{html.escape(m.unit)}</td><td class='l'>{html.escape(m.meaning)}"
+            + (f"<br><span class='none'>{html.escape(why.strip())}</span>" if why else "")
+            + "</td></tr>")
+        md.append(f"| {m.label} (`{m.name}`) | {m.text_with_unit(r.value)} | "
+                  f"{m.meaning}{' _' + why.strip() + '_' if why else ''} |")
+    head = ("<table class='tbl head'><tr><th>metric (metrics.json key)</th><th>value</th>"
+            "<th class='l'>unit</th><th class='l'>what it means</th></tr>" + "".join(rows) + "</table>")
+    return "Headline numbers", head, "\n".join(md) + "\n"
+
+
+def findings_html(texts: list[str]) -> str:
+    """The findings box at the top of report.html."""
+    if not texts:
+        return ""
+    return ("<div class='findings' id='findings'><h2>Findings</h2><ul>"
+            + "".join(f"<li>{html.escape(t)}</li>" for t in texts) + "</ul></div>")
+
+
+def findings_md(texts: list[str]) -> str:
+    """The findings at the top of summary.md."""
+    return ("## Findings\n\n" + "".join(f"- {t}\n" for t in texts)) if texts else ""
+
+
 def sections(a, figs: dict) -> list[tuple[str, str, str]]:
     """(title, html, markdown) per report section."""
     t, m = a.tables, a.metrics
@@ -137,14 +172,7 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
     def none(msg):
         return f"<p class='none'>{html.escape(msg)}</p>", f"_{msg}_\n"
 
-    # headline
-    h = m["headline"]
-    rows = [(k.replace("_", " "), _fmt(v)) for k, v in h.items()]
-    head_html = "<table class='tbl'>" + "".join(
-        f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows) + \
-        "</table>"
-    head_md = "\n".join(f"- {k}: {v}" for k, v in rows) + "\n"
-    out.append(("Headline numbers", head_html, head_md))
+    out.append(headline_section(a))
 
     # reconciliation
     recon = t["recon"]
@@ -289,6 +317,10 @@ border-radius:4px}.warn{background:#fff3cd;padding:.5em 1em;border-left:4px soli
 .tbl{border-collapse:collapse;font-size:.85em;margin:.5em 0}.tbl td,.tbl th{border:1px solid
 #ccc;padding:2px 6px;text-align:right}.tbl th{background:#f0f0f0}.none{color:#777;
 font-style:italic}img{max-width:100%;display:block;margin:.5em 0}pre{background:#f6f6f6;
-padding:.5em;overflow:auto;font-size:.8em}"""
+padding:.5em;overflow:auto;font-size:.8em}.tbl .l{text-align:left}.tbl.head td.v{
+font-weight:bold;white-space:nowrap}.tbl.head td,.tbl.head th{vertical-align:top}
+.tbl.head code{font-weight:normal;color:#555}.findings{background:#eef4fb;border-left:4px
+solid #2a6fb0;padding:.3em 1em;margin:1em 0}.findings h2{margin:.3em 0}.findings li{
+margin:.3em 0;line-height:1.4}"""
 
 

@@ -20,6 +20,8 @@ import pandas as pd
 from incastlab.topologies.fabricmap import FabricMap
 
 from . import episodes as ep
+from . import findings as fnd
+from . import metrics as mt
 from . import render
 from . import queues as qmod
 from . import reconcile as rec
@@ -255,8 +257,10 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
                 "discarded": dropped, "staleness": stale,
                 "loss_curve": curve, "ring": ring, "rounds": rounds, "finals": finals,
                 "counters": counters, "recon": recon, "pcaps": {k: len(v) for k, v in
-                                                                  pcaps.items()}}
+                                                                  pcaps.items()},
+                "starts": training.starts(workers)}
     impact = training.impact_summary(iters_ev)
+    kind = mt.run_kind(mode, spec)
     rs = tcp.retrans_summary(retrans)
     a.metrics = _jsonable({
         "run": {"dir": str(run_dir), "status": status, "reason": reason,
@@ -264,28 +268,9 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
                 "start": t0, "end": t1, "duration_s": t1 - t0,
                 "datapath": manifest.get("datapath"),
                 "congestion_control": manifest.get("congestion_control"),
-                "rto_threshold_s": rto_threshold_s},
-        "headline": {
-            "iteration_time_mean_s": impact.get("mean_s"),
-            "iteration_time_median_s": impact.get("median_s"),
-            "iteration_time_p95_s": impact.get("p95_s"),
-            "step_time_mean_s": float(steps["step_s"].mean()) if len(steps) else None,
-            "tc_drops": recon["numbers"]["tc_drops"],
-            "capture_losses": recon["numbers"]["capture_losses"],
-            "retransmissions": rs["retrans_packets"] if len(flows) else None,
-            "kernel_retrans_segs": recon["numbers"]["kernel"].get("TcpRetransSegs"),
-            "rtos": rs["rto_events"] if len(flows) else None,
-            "kernel_timeouts": recon["numbers"]["kernel"].get("TcpExtTCPTimeouts"),
-            "goodput_mbps": float(pd.to_numeric(rounds["goodput_mbps"]).mean())
-            if len(rounds) else None,
-            "rounds_with_rto": _rounds_with_rto(rounds, retrans if len(flows) else None),
-            "throughput_mbps": _aggregate_mbps(fsum),
-            "incast_episodes": int(episodes["incast"].sum()) if len(episodes) else 0,
-            "spine_max_mean": balance_sum.get("max_mean_all"),
-            "staleness_mean": float(stale.mean()) if len(stale) else None,
-            "final_accuracy": _final(finals, "accuracy"),
-            "final_loss": _final(finals, "loss"),
-        },
+                "rto_threshold_s": rto_threshold_s, "kind": kind},
+        "headline": {},  # filled below from the declared metrics (metrics.py)
+        "headline_na": {},
         "retransmissions": rs,
         "reconciliation": recon["numbers"],
         "training": impact,
@@ -298,35 +283,21 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
         "flows": int(len(fsum)), "captures": a.tables["pcaps"],
         "missing": missing, "problems": problems,
     })
+    readings = mt.evaluate(a, kind)
+    a.metrics["headline"] = _jsonable(mt.headline(readings))
+    a.metrics["headline_na"] = mt.not_available(readings)
+    a.metrics["findings"] = _findings(a)
+    a.metrics["problems"] = list(a.problems)
     return a
 
 
-def _aggregate_mbps(fsum: pd.DataFrame) -> float | None:
-    """All flows' unique payload bytes over the span from the first flow's start to the
-    last flow's last data packet (Mbit/s)."""
-    if fsum.empty:
-        return None
-    span = float(fsum["last_data"].max() - fsum["start"].min())
-    return float(fsum["bytes"].sum()) * 8 / span / 1e6 if span > 0 else None
-
-
-def _rounds_with_rto(rounds: pd.DataFrame, retrans: pd.DataFrame) -> int | None:
-    """Incast rounds during which an RTO fired (None without rounds or captures)."""
-    if rounds.empty or retrans is None:
-        return None
-    rto = retrans.loc[retrans["event"].astype(bool) & (retrans["kind"] == "rto"), "t"] \
-        if len(retrans) else pd.Series(dtype=float)
-    t0 = pd.to_numeric(rounds["t_start"], errors="coerce").to_numpy()
-    t1 = pd.to_numeric(rounds["t_end"], errors="coerce").to_numpy()
-    r = rto.to_numpy()
-    return int(sum(((r >= a) & (r <= b)).any() for a, b in zip(t0, t1, strict=True)))
-
-
-def _final(finals, col):
-    if finals.empty or col not in finals:
-        return None
-    v = pd.to_numeric(finals[col], errors="coerce").dropna()
-    return float(v.mean()) if len(v) else None
+def _findings(a: Analysis) -> list[str]:
+    """The findings sentences (findings.py); a bug there is reported, not fatal."""
+    try:
+        return _jsonable(fnd.texts(a))
+    except Exception as exc:  # noqa: BLE001
+        a.problems.append(f"findings could not be written ({type(exc).__name__}: {exc})")
+        return []
 
 
 def _jsonable(obj):
@@ -364,6 +335,8 @@ def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
         sections = [("Report error", f"<pre>{html.escape(traceback.format_exc())}</pre>",
                      "report section failed\n")]
     banner = render.banner(a)
+    if len(a.problems) != len(a.metrics["problems"]):  # a figure failed: count it too
+        a.metrics["findings"] = _findings(a)
     a.metrics["problems"] = a.problems
     a.metrics["plots"] = sorted(p.name for p in figs.values() if p)
     metrics_path = out / "metrics.json"
@@ -374,6 +347,7 @@ def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
     if banner:
         md.insert(0, f"> **{banner}**\n")
     md.append(f"status: {a.status}" + (f" ({a.reason})" if a.reason else "") + "\n")
+    md.append(render.findings_md(a.metrics["findings"]))
     md += [f"> {p}\n" for p in a.problems]
     if a.missing:
         md.append("Missing inputs:\n" + "".join(f"- {k}: {v}\n" for k, v in a.missing.items()))
@@ -388,6 +362,7 @@ def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
     body.append(f"<h1>{html.escape(title)}</h1><p>status: <b>{html.escape(a.status)}</b>"
                 f"{' — ' + html.escape(a.reason) if a.reason else ''}; "
                 f"duration {render.fmt(a.t1 - a.t0)} s</p>")
+    body.append(render.findings_html(a.metrics["findings"]))
     for p in a.problems:
         body.append(f"<p class='warn'>{html.escape(p)}</p>")
     if a.missing:

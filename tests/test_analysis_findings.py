@@ -1,0 +1,199 @@
+"""The findings at the top of a report: each sentence's numbers against runs whose truth
+is known (analysis/synthetic.py) or hand-made Analysis objects."""
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from incastlab.analysis import findings as fnd
+from incastlab.analysis.report import Analysis, analyse, build_report
+from incastlab.analysis.synthetic import make_demo_run, make_run_dir
+
+T0 = 1_700_000_000.0
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    run = tmp_path_factory.mktemp("runs") / "demo"
+    truth = make_demo_run(run)
+    return run, truth, analyse(run)
+
+
+def _by_topic(a):
+    return {f.topic: f.text for f in fnd.findings(a)}
+
+
+def test_demo_run_sentences_carry_its_numbers(demo):
+    _, truth, a = demo
+    f = _by_topic(a)
+    assert list(f) == ["queue", "losses", "cost", "trust", "counters"]
+    # lf2-eth1 (leaf 2 -> h3, where the PS listens) is full (20 of 20) in the samples at
+    # 10, 20, 50, 60, 300 and 310 ms and its drop counter rises in the samples after the
+    # losses at 13, 51 and 300 ms (2 each): first at the 20 ms sample
+    q = f["queue"]
+    assert q.startswith("The worst queue was lf2-eth1 (lf2 → h3, the parameter server's link)")
+    assert "peak of 20 packets, its limit, 0.01 s after the start" in q
+    assert f"tc counted {truth['tc_drops']} drops there (the first by 0.02 s)" in q
+    assert (f"full in {truth['episodes']} episodes, {truth['incast_episodes']} of them incast "
+            "(up to 2 senders at once)") in q
+    assert f"the captures place {truth['losses']} lost packets there" in q
+    assert f["losses"] == (
+        f"The network lost {truth['losses']} packets (seen in the captures; tc counted "
+        f"{truth['tc_drops']} queue drops), and TCP retransmitted {truth['retrans']} packets: "
+        f"{truth['fast']} in fast/SACK recovery, {truth['rto']} after {truth['rto_events']} "
+        f"timeouts (RTO), {truth['tlp']} tail-loss probe.")
+    # 12 iterations (ranks 1 and 2, bounds 0, .03, .27, .33, .66, .75, .85 s; rank 2 ends
+    # each 5 ms early): mean 1.67 s / 12 = 0.139 s; rank 1's iterations 1 and 3 (0.24 and
+    # 0.33 s) hold the RTOs: 0.285 s against (1.67 - 0.57) / 10 = 0.110 s without;
+    # p95 of the 12 sorted durations = 0.325 + 0.45 * 0.005 = 0.327 s
+    assert f["cost"] == ("An iteration took 0.139 s on average (95th percentile 0.327 s); "
+                         "the 2 iterations with an RTO on the worker's host took 0.175 s "
+                         "longer on average than the 10 without.")
+    assert f["trust"] == ("Trust: the run completed and every input is present; CPU use and "
+                          "tcpdump's drop counts were not recorded.")
+    # h1's kernel counted 15 - 10 = 5 retransmitted segments, the captures 4
+    assert f["counters"].startswith(f"The captures' retransmissions ({truth['retrans']}) and "
+                                    f"the kernels' TcpRetransSegs ({truth['kernel_retrans']}) "
+                                    "differ by 1 (the kernel also counts SYN and FIN")
+
+
+def test_findings_come_first_in_every_output(tmp_path):
+    run = tmp_path / "demo"
+    make_demo_run(run, status="aborted", reason="Ctrl-C by user")
+    paths = build_report(run, plots=False)
+    m = json.loads(paths["metrics"].read_text())
+    assert 3 <= len(m["findings"]) <= 5
+    assert m["findings"][3].startswith("Read this run with care: the run did not complete "
+                                       "(aborted: Ctrl-C by user), so its numbers cover only")
+    body = paths["report"].read_text().split("<body>", 1)[1]
+    # the banner, the title and status line, then the findings, before any warning,
+    # the contents and the headline table
+    assert body.startswith("<div class='banner' id='status-banner'>RUN ABORTED")
+    box = body.index("<div class='findings' id='findings'>")
+    assert box < body.index("<ul><li><a href='#s0'>") < body.index("Headline numbers")
+    assert body.index("</h1>") < box
+    for text in m["findings"]:
+        assert text.replace("'", "&#x27;") in body[box:body.index("</div>", box)]
+    md = paths["summary"].read_text()
+    assert md.startswith("> **RUN ABORTED")
+    top = md.index("## Findings")
+    assert top < md.index("## Headline numbers")
+    assert all(f"- {t}\n" in md[top:md.index("## Headline numbers")] for t in m["findings"])
+
+
+def test_cpu_saturation_and_capture_drops_are_named(tmp_path):
+    run = tmp_path / "shaky"
+    make_demo_run(run)
+    m = json.loads((run / "manifest.json").read_text())
+    m["capture_drops"] = {"h1-eth0": {"dropped_by_kernel": 0, "dropped_by_interface": 0},
+                          "h3-eth0": {"dropped_by_kernel": 3, "dropped_by_interface": 0}}
+    m["capture_lossy"] = ["h3-eth0"]
+    m["cpu"] = {"saturated": True, "rule": "busy >= 95 % in 20 % of samples"}
+    (run / "manifest.json").write_text(json.dumps(m))
+    a = analyse(run)
+    trust = _by_topic(a)["trust"]
+    assert trust.startswith("Read this run with care: the CPU was saturated (busy >= 95 % in "
+                            "20 % of samples), so the emulation may have lost or delayed")
+    assert "tcpdump dropped 3 packets on h3-eth0, so the captures' losses may be overstated" \
+        in trust
+    # the manifest's two problems (CPU, tcpdump) are at the top of the report
+    assert trust.endswith(f"; the report lists {len(a.problems)} warnings.")
+    assert len(a.problems) == 2
+    m["cpu"] = {"saturated": False}
+    m["capture_drops"]["h3-eth0"]["dropped_by_kernel"] = 0
+    m["capture_lossy"] = []
+    (run / "manifest.json").write_text(json.dumps(m))
+    assert _by_topic(analyse(run))["trust"] == (
+        "Trust: the run completed, the CPU kept up, tcpdump dropped no packet and every input "
+        "is present.")
+
+
+def test_bare_run_says_what_is_unknown(tmp_path):
+    run = make_run_dir(tmp_path / "bare", status="failed", reason="worker h2 exited 1")
+    f = _by_topic(analyse(run))
+    assert list(f) == ["queue", "losses", "cost", "trust"]  # no counters: no agreement line
+    assert f["queue"] == "Where queues built up is unknown: no queues.csv (or it is empty)."
+    assert f["losses"] == ("Packet losses and retransmissions are not known from captures (no "
+                           "readable captures in pcap/).")
+    assert f["cost"] == "What the network cost the training is unknown: no workers/*.jsonl."
+    assert "(failed: worker h2 exited 1)" in f["trust"]
+    assert "inputs are missing: fabric.json, queues.csv, counters/*.json (nstat " \
+           "before/after), workers/*.jsonl, pcap/*.pcap" in f["trust"]
+
+
+def test_incast_rounds_and_quiet_queues(tmp_path):
+    ev = [{"event": "start", "role": "client", "rank": 0, "mode": "incast", "t": T0}]
+    ev += [{"event": "round", "round": r, "t_start": T0 + r, "t_end": T0 + r + 0.5,
+            "senders": 4, "block_bytes": 1000, "bytes": 4000, "goodput_mbps": g}
+           for r, g in enumerate([10.0, 20.0, 30.0])]
+    quiet = [{"t": T0 + k, "switch": "lf1", "port": p, "iface": f"lf1-eth{p}",
+              "backlog_bytes": 0, "backlog_pkts": 0, "drops": 0, "overlimits": 0,
+              "sent_bytes": k * 1000, "sent_pkts": k, "requeues": 0}
+             for k in range(4) for p in (1, 2)]
+    run = make_run_dir(tmp_path / "incast", workers={0: ev}, queues=quiet, t0=T0)
+    f = _by_topic(analyse(run))
+    assert f["queue"] == ("No switch queue held a packet in any sample and none dropped one "
+                          "(2 egress ports sampled).")
+    assert f["cost"] == ("The incast client received 20 Mbit/s on average over 3 rounds; "
+                         "without captures, RTOs per round are unknown.")
+
+
+def _analysis(**metrics) -> Analysis:
+    """A hand-made Analysis holding only what the cost and trust sentences read."""
+    a = Analysis(Path("/nonexistent"), {"cpu": {"saturated": False}}, {}, None, "complete",
+                 "", T0, T0 + 10)
+    a.metrics = {"reconciliation": {"capture_drops": 0}, **metrics}
+    return a
+
+
+def test_cost_sentence_uses_the_attribution_when_there_is_one():
+    a = _analysis(cost={"measured_s": 2.4, "bound_s": 2.35, "network_cost_s": 0.05,
+                        "rto_stall_s": 0.0, "loss_recovery_s": 0.05, "straggler_s": 0.0})
+    # ratio 2.4 / 2.35 = 1.021; 0.05 / 2.4 = 2.1 %
+    assert fnd.cost(a).text == (
+        "An iteration took 2.4 s on average against a bound of 2.35 s on this fabric "
+        "(1.02×); the network cost 0.05 s (2.1 %) over the bound, of which RTO stalls 0 s "
+        "and loss recovery 0.05 s.")
+    # the per-iteration table alone: its means; the network's cost = loss recovery + RTO
+    # stalls when it has no column of its own
+    a = _analysis()
+    a.tables["attribution"] = pd.DataFrame({
+        "measured_s": [1.0, 3.0], "bound_s": [0.8, 0.8], "compute_s": [0.1, 0.1],
+        "loss_recovery_s": [0.0, 0.2], "rto_stall_s": [0.0, 1.0], "straggler_s": [0.1, 0.3],
+        "unexplained_s": [0.0, 0.0]})
+    assert fnd.attribution(a)["network_cost_s"] == pytest.approx(0.6)
+    assert fnd.cost(a).text == (
+        "An iteration took 2 s on average against a bound of 0.8 s on this fabric (2.5×); "
+        "the network cost 0.6 s (30 %) over the bound, of which RTO stalls 0.5 s and loss "
+        "recovery 0.1 s; waiting for stragglers 0.2 s.")
+
+
+def test_cost_sentence_without_attribution_compares_lossy_and_clean_iterations():
+    training = {"iterations": 8, "mean_s": 1.5, "p95_s": 2.0,
+                "with_rto": {"n": 0, "mean_s": None, "extra_s_vs_no_rto": None},
+                "without_rto": {"n": 8, "mean_s": 1.5},
+                "with_loss": {"n": 3, "mean_s": 1.8, "extra_s_vs_clean": 0.48},
+                "clean": {"n": 5, "mean_s": 1.32}}
+    assert fnd.cost(_analysis(training=training)).text == (
+        "An iteration took 1.5 s on average (95th percentile 2 s); the 3 iterations with a "
+        "loss but no RTO took 0.48 s longer on average than the 5 clean ones.")
+    training["with_loss"] = {"n": 0, "mean_s": None, "extra_s_vs_clean": None}
+    ring = {"bound_s": 1.2, "ratio_mean": 1.25}
+    assert fnd.cost(_analysis(training=training, ring=ring)).text == (
+        "An iteration took 1.5 s on average (95th percentile 2 s); no iteration met a loss or "
+        "an RTO; the all-reduce took 1.25× its bound of 1.2 s.")
+
+
+def test_a_bug_in_the_findings_costs_only_the_findings(tmp_path, monkeypatch):
+    run = tmp_path / "bug"
+    make_demo_run(run)
+
+    def boom(a):
+        raise RuntimeError("injected")
+    monkeypatch.setattr(fnd, "cost", boom)
+    paths = build_report(run, plots=False)
+    m = json.loads(paths["metrics"].read_text())
+    assert m["findings"] == []
+    assert "findings could not be written (RuntimeError: injected)" in " ".join(m["problems"])
+    assert m["headline"]["retransmissions"] == 4

@@ -1,0 +1,224 @@
+"""The declared headline metrics (analysis/metrics.py): one list read by metrics.json,
+report.html, summary.md, compare and the CLI; n/a with a reason; extensible by a job."""
+import html
+import json
+import re
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from incastlab.analysis import compare_runs, metrics
+from incastlab.analysis.metrics import Metric
+from incastlab.analysis.report import build_report
+from incastlab.analysis.synthetic import make_demo_run, make_run_dir
+from incastlab.commands.common import compare_summary, short_summary
+
+T0 = 1_700_000_000.0
+# metrics.json `headline` keys as tests, compare and users' scripts read them: kept stable
+STABLE_KEYS = ["iteration_time_mean_s", "iteration_time_median_s", "iteration_time_p95_s",
+               "step_time_mean_s", "tc_drops", "capture_losses", "retransmissions",
+               "kernel_retrans_segs", "rtos", "kernel_timeouts", "goodput_mbps",
+               "rounds_with_rto", "throughput_mbps", "incast_episodes", "spine_max_mean",
+               "staleness_mean", "final_accuracy", "final_loss"]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    run = tmp_path_factory.mktemp("runs") / "demo"
+    truth = make_demo_run(run)
+    return run, truth, build_report(run)
+
+
+def test_declarations_are_complete_and_keys_stable():
+    names = [m.name for m in metrics.HEADLINE]
+    assert names == STABLE_KEYS
+    for m in metrics.HEADLINE:
+        assert m.label and m.unit is not None and m.meaning.endswith(".")
+        assert "\n" not in m.meaning and len(m.meaning) <= 240, m.name  # one line
+        assert set(m.inputs) <= set(metrics.INPUTS), m.name
+        assert m.kinds == () or set(m.kinds) <= {"ps", "ring", "incast"}
+    # what compare and the CLI showed before the list was declared once
+    assert {m.name for m in metrics.plotted()} == {
+        "iteration_time_mean_s", "goodput_mbps", "throughput_mbps", "retransmissions",
+        "rtos", "tc_drops"}
+    assert [m.name for m in metrics.for_cli()] == [
+        "iteration_time_mean_s", "tc_drops", "capture_losses", "retransmissions", "rtos",
+        "goodput_mbps", "final_accuracy"]
+
+
+def test_formatting():
+    drops, it = metrics.by_name("tc_drops"), metrics.by_name("iteration_time_mean_s")
+    assert drops.text(12345.0) == "12,345" and drops.text_with_unit(1.0) == "1 packet"
+    assert drops.text_with_unit(6.0) == "6 packets" and drops.text(None) == "n/a"
+    assert it.text_with_unit(0.13916) == "0.139 s" and it.text(float("nan")) == "n/a"
+    assert metrics.by_name("spine_max_mean").text_with_unit(3.0) == "3"  # a ratio: no unit
+
+
+def _fake(missing=None, **metrics_):
+    return SimpleNamespace(metrics=metrics_, tables={}, missing=missing or {}, problems=[])
+
+
+def test_missing_input_makes_a_metric_na_with_the_reason():
+    m = Metric("x_s", "x", "s", "An x.", compute=lambda a: 5.0, inputs=("queues",))
+    metrics.register(m)
+    try:
+        got = {r.metric.name: r for r in metrics.evaluate(
+            _fake({"queues": "no queues.csv (or it is empty)"}), "ps")}
+        assert got["x_s"].value is None
+        assert got["x_s"].reason == "no queues.csv (or it is empty)"
+        assert got["x_s"].text == "n/a"
+        assert metrics.evaluate(_fake(), "ps")[-1].value == 5.0  # input there: a value
+    finally:
+        metrics.unregister("x_s")
+
+
+def test_a_failing_metric_is_na_and_reported():
+    def boom(a):
+        raise ZeroDivisionError("division by zero")
+    metrics.register(Metric("boom", "boom", "", "Fails.", compute=boom))
+    try:
+        fake = _fake()
+        r = [r for r in metrics.evaluate(fake, None) if r.metric.name == "boom"][0]
+        assert r.value is None and r.reason == "could not be computed (ZeroDivisionError)"
+        assert fake.problems == ["metric boom could not be computed (ZeroDivisionError: "
+                                 "division by zero)"]
+    finally:
+        metrics.unregister("boom")
+
+
+def test_reasons_in_metrics_json(demo, tmp_path):
+    _, _, paths = demo
+    m = json.loads(paths["metrics"].read_text())
+    assert list(m["headline"]) == STABLE_KEYS and m["run"]["kind"] == "ps"
+    # a PS run measures everything but the incast benchmark's two numbers
+    assert m["headline_na"] == {"goodput_mbps": "not measured in ps runs",
+                                "rounds_with_rto": "not measured in ps runs"}
+    bare = make_run_dir(tmp_path / "bare", status="aborted")
+    b = json.loads(build_report(bare, plots=False)["metrics"].read_text())
+    assert all(v is None for v in b["headline"].values())
+    na = b["headline_na"]
+    assert na["tc_drops"] == "no queues.csv (or it is empty)"
+    assert na["retransmissions"] == "no readable captures in pcap/"
+    assert na["kernel_timeouts"] == "no counters/*.json"
+    assert na["final_accuracy"] == "no workers/*.jsonl"
+    # incast episodes need queue samples, captures and the fabric map: not 0 without them
+    assert na["incast_episodes"].startswith("no queues.csv (or it is empty); no readable "
+                                            "captures in pcap/; no fabric.json")
+
+
+def _headline_rows(page: str) -> dict[str, list[str]]:
+    """{metrics.json key: [label, value, unit, meaning]} from report.html's headline table."""
+    table = page[page.index("<table class='tbl head'>"):]
+    table = table[:table.index("</table>")]
+    rows = {}
+    for tr in re.findall(r"<tr><th class='l'>(.*?)</tr>", table):
+        label, key = re.match(r"(.*?)<br><code>(.*?)</code></th>", tr).groups()
+        cells = re.findall(r"<td class='[lv]'>(.*?)</td>", tr)
+        rows[html.unescape(key)] = [html.unescape(label)] + [html.unescape(c) for c in cells]
+    return rows
+
+
+def test_report_shows_the_meaning_next_to_each_number(demo):
+    _, truth, paths = demo
+    rows = _headline_rows(paths["report"].read_text())
+    # every metric a PS run measures, in declared order; the incast-only ones left out
+    assert list(rows) == [m.name for m in metrics.metrics_for("ps")]
+    assert "goodput_mbps" not in rows
+    head = json.loads(paths["metrics"].read_text())["headline"]
+    for key, (label, value, unit, meaning) in rows.items():
+        m = metrics.by_name(key)
+        assert (label, value, unit, meaning) == (m.label, m.text(head[key]), m.unit, m.meaning)
+    assert rows["tc_drops"][1] == str(truth["tc_drops"])
+    assert rows["capture_losses"][1] == str(truth["losses"])
+    assert rows["rtos"][1] == str(truth["rto_events"])
+    assert rows["spine_max_mean"][1] == "3"
+    md = paths["summary"].read_text()
+    for m in metrics.metrics_for("ps"):
+        assert f"| {m.label} (`{m.name}`) | " in md
+    assert (f"| queue drops (tc) (`tc_drops`) | {truth['tc_drops']} packets | "
+            f"{metrics.by_name('tc_drops').meaning} |") in md
+
+
+def test_na_rows_say_why(tmp_path):
+    run = make_run_dir(tmp_path / "noqueues", status="complete")
+    rows = _headline_rows(build_report(run, plots=False)["report"].read_text())
+    assert rows["tc_drops"][1] == "n/a"
+    assert rows["tc_drops"][3].endswith(
+        "<br><span class='none'>n/a: no queues.csv (or it is empty)</span>")
+
+
+def test_a_job_metric_reaches_every_output(demo, tmp_path):
+    """A job kind's own metric, registered as its `metrics()` would be: metrics.json, the
+    report, summary.md, compare and the CLI pick it up without another edit."""
+    run, _, _ = demo
+    toy = Metric("toy_bytes_per_iter", "toy bytes per iteration", "bytes",
+                 "Gradient bytes one worker sent per iteration (a toy job's metric).",
+                 compute=lambda a: float(a.tables["iterations"]["bytes_sent"].mean()),
+                 inputs=("workers",), cli=True, plot=False)
+    metrics.register(toy, kind="ps")
+    try:
+        assert metrics.by_name(toy.name).kinds == ("ps",)
+        assert toy.name in {m.name for m in metrics.metrics_for("ps")}
+        assert toy.name not in {m.name for m in metrics.metrics_for("ring")}
+        with pytest.raises(ValueError, match="declared twice"):
+            metrics.register(toy)
+        paths = build_report(run, plots=False)
+        m = json.loads(paths["metrics"].read_text())
+        assert m["headline"][toy.name] == 40_000.0   # every iteration logs 40,000 bytes
+        assert _headline_rows(paths["report"].read_text())[toy.name] == [
+            toy.label, "40,000", "bytes", toy.meaning]
+        assert "toy bytes per iteration: 40,000 bytes" in short_summary(run)
+        table = pd.read_csv(compare_runs([run], tmp_path / "cmp")["table"])
+        row = table[table["metric"] == toy.name].iloc[0]
+        assert (row["unit"], row["mean"], row["n"]) == ("bytes", 40_000.0, 1)
+    finally:
+        metrics.unregister(toy.name)
+    assert toy.name not in {m.name for m in metrics.all_metrics()}
+
+
+def test_cli_prints_declared_numbers_and_findings(demo):
+    run, truth, _ = demo
+    text = short_summary(run)
+    lines = text.splitlines()
+    assert lines[0] == "demo: complete"
+    assert lines[1:7] == ["  mean iteration time: 0.139 s",
+                          f"  queue drops (tc): {truth['tc_drops']} packets",
+                          f"  losses seen in captures: {truth['losses']} packets",
+                          f"  TCP retransmissions: {truth['retrans']} packets",
+                          f"  retransmission timeouts: {truth['rto_events']} firings",
+                          "  final held-out accuracy: 0.8"]
+    assert lines[7].startswith("  - The worst queue was lf2-eth1 (lf2 → h3, the parameter")
+    assert all(len(line) <= 100 for line in lines[7:])  # findings wrapped for a terminal
+    assert "goodput" not in text and "warning:" not in text
+    assert sum(line.startswith("  - ") for line in lines) == len(
+        json.loads((run / "metrics.json").read_text())["findings"])
+
+
+def _incast_run(path, policy, seed, goodputs):
+    ev = [{"event": "start", "role": "client", "rank": 0, "mode": "incast", "t": T0}]
+    ev += [{"event": "round", "round": r, "t_start": T0 + r, "t_end": T0 + r + 0.5,
+            "senders": 4, "block_bytes": 1000, "bytes": 4000, "goodput_mbps": g}
+           for r, g in enumerate(goodputs)]
+    spec = (f'[routing]\npolicy = "{policy}"\n[run]\nseed = {seed}\n'
+            '[workload]\nkind = "incast"\n')
+    return make_run_dir(path, workers={0: ev}, spec_text=spec, t0=T0)
+
+
+def test_compare_reads_the_declarations(tmp_path):
+    runs = [_incast_run(tmp_path / "e1", "ecmp", 1, [10, 10]),
+            _incast_run(tmp_path / "e2", "ecmp", 2, [20, 20]),
+            _incast_run(tmp_path / "e3", "ecmp", 3, [30, 30]),
+            _incast_run(tmp_path / "s1", "single", 1, [5, 5])]
+    out = compare_runs(runs, tmp_path / "cmp")
+    table = pd.read_csv(out["table"])
+    units = dict(zip(table["metric"], table["unit"], strict=False))
+    assert units == {m.name: m.unit for m in metrics.compared() if m.name in units}
+    assert units["goodput_mbps"] == "Mbit/s"
+    page = out["report"].read_text()
+    # the meaning beside the numbers (pandas escapes the apostrophe its own way)
+    assert "Incast benchmark: bytes the client received per round over the round" in page
+    # the terminal's version: mean ± t(0.975, 2) * sd / sqrt(3) = 4.303 * 10 / 1.732 = 24.8
+    assert compare_summary(out["table"]).splitlines() == [
+        "comparison (mean ± 95 % CI half-width over repetitions; n = runs):",
+        "  incast goodput (Mbit/s): policy=ecmp: 20 ± 25 (n=3); policy=single: 5 (n=1)"]
