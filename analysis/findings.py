@@ -8,15 +8,14 @@
 4. whether to trust the run (incomplete run, CPU saturation, capture drops, missing
    inputs), and whether the captures and the kernel agree on retransmissions.
 
-Only reads an `Analysis` (report.analyse). The cost sentence uses, when present:
-
-- `a.metrics["cost"]`: per-iteration means in seconds — `measured_s`, `bound_s`,
-  `ratio` (measured / bound), `network_cost_s` (time over the bound the network
-  caused), `rto_stall_s`, `loss_recovery_s`, `straggler_s`, `unexplained_s`;
-  any key may be absent;
-- else `a.tables["attribution"]`: one row per iteration with those columns (less
-  `ratio`); its means are used, and `network_cost_s` is loss recovery plus RTO stalls
-  when the table has no column of that name.
+Only reads an `Analysis` (report.analyse). The cost sentence uses, when present,
+`a.metrics["cost"]`, the per-run summary of the iteration-time attribution
+(`analysis.attribution.run_summary`: per-iteration means in seconds of measured_s,
+compute_s, transfer_at_bound_s, rto_stall_s, loss_recovery_s, straggler_wait_s,
+unexplained_s, and network_cost_s, network_cost_pct, comm_over_bound,
+below_bound_iterations, iterations); else it summarises `a.tables["attribution"]` (one
+row per iteration) with that function; else it compares iterations with and without
+an RTO.
 """
 from __future__ import annotations
 
@@ -29,8 +28,8 @@ from .metrics import INPUTS
 # the roles the apps log in their start events, as a reader calls them
 ROLE_NOUNS = {"server": "the parameter server", "client": "the incast receiver",
               "worker": "a worker", "ring": "a ring rank", "incast-server": "an incast sender"}
-COST_KEYS = ("measured_s", "bound_s", "ratio", "network_cost_s", "rto_stall_s",
-             "loss_recovery_s", "straggler_s", "unexplained_s")
+# a network cost below this (s) is "faster than the bound", as attribution.py says it
+BELOW_BOUND_S = -5e-4
 
 
 @dataclass(frozen=True)
@@ -183,23 +182,17 @@ def losses(a) -> Finding:
 # --- 3. what it cost the training ---------------------------------------------------
 
 def attribution(a) -> dict | None:
-    """Per-iteration means of the cost attribution (COST_KEYS, seconds), from
-    a.metrics['cost'] or the a.tables['attribution'] table; None when neither is there."""
+    """The attribution's per-run summary (see the module docstring), from
+    a.metrics['cost'] or summarised from a.tables['attribution']; None when neither is
+    there or it has no iterations."""
     c = a.metrics.get("cost")
-    if isinstance(c, dict) and c:
-        out = {k: _num(c.get(k)) for k in COST_KEYS}
-    else:
+    if not (isinstance(c, dict) and c):
         t = a.tables.get("attribution")
-        if t is None or not isinstance(t, pd.DataFrame) or t.empty:
+        if not isinstance(t, pd.DataFrame) or t.empty:
             return None
-        out = {k: _num(pd.to_numeric(t[k], errors="coerce").mean()) if k in t else None
-               for k in COST_KEYS}
-        if out["network_cost_s"] is None and (out["rto_stall_s"] is not None
-                                              or out["loss_recovery_s"] is not None):
-            out["network_cost_s"] = (out["rto_stall_s"] or 0) + (out["loss_recovery_s"] or 0)
-    if out["ratio"] is None and out["measured_s"] and out["bound_s"]:
-        out["ratio"] = out["measured_s"] / out["bound_s"]
-    return out if out["measured_s"] is not None else None
+        from .attribution import run_summary
+        c = run_summary(t)
+    return c if c.get("iterations") and _num(c.get("measured_s")) is not None else None
 
 
 def cost(a) -> Finding:
@@ -243,24 +236,33 @@ def cost(a) -> Finding:
 
 
 def _cost_sentence(c: dict) -> str:
+    """From attribution.run_summary: where the mean iteration's time went."""
+    parts = [f"{_s(c['compute_s'])} of compute" if _num(c.get("compute_s")) is not None
+             else None,
+             f"{_s(c['transfer_at_bound_s'])} to move its bytes at the bound"
+             if _num(c.get("transfer_at_bound_s")) is not None else None,
+             f"{_s(c['straggler_wait_s'])} waiting for stragglers"
+             if (_num(c.get("straggler_wait_s")) or 0) >= -BELOW_BOUND_S else None]
     text = f"An iteration took {_s(c['measured_s'])} on average"
-    if c["bound_s"] is not None:
-        text += f" against a bound of {_s(c['bound_s'])} on this fabric"
-        if c["ratio"] is not None:
-            text += f" ({c['ratio']:.3g}×)"
-    if c["network_cost_s"] is not None:
-        pct = 100 * c["network_cost_s"] / c["measured_s"] if c["measured_s"] else None
-        text += f"; the network cost {_s(c['network_cost_s'])}" + (
-            f" ({pct:.2g} %)" if pct is not None else "") + " over the bound"
-        parts = [f"{name} {_s(c[k])}" for k, name in (("rto_stall_s", "RTO stalls"),
-                                                      ("loss_recovery_s", "loss recovery"))
-                 if c[k] is not None]
-        if parts:
-            text += ", of which " + " and ".join(parts)
-    if c["straggler_s"]:
-        text += f"; waiting for stragglers {_s(c['straggler_s'])}"
-    if c["unexplained_s"]:
-        text += f"; unexplained {_s(c['unexplained_s'])}"
+    known = [p for p in parts if p]
+    if known:
+        text += ": " + ", ".join(known)
+    cost_s, pct = _num(c.get("network_cost_s")), _num(c.get("network_cost_pct"))
+    if cost_s is not None:
+        share = f" ({abs(pct):.2g} %)" if pct is not None else ""
+        if cost_s < BELOW_BOUND_S:
+            text += (f"; it ran {_s(-cost_s)}{share} faster than the bound allows, so the "
+                     "bound's assumptions did not hold")
+        else:
+            text += f"; the network cost {_s(cost_s)}{share} over the bound"
+            causes = [f"{name} {_s(c[k])}" for k, name in (
+                ("rto_stall_s", "RTO stalls"), ("loss_recovery_s", "loss recovery"),
+                ("unexplained_s", "unexplained")) if _num(c.get(k)) is not None]
+            if causes:
+                text += ": " + ", ".join(causes)
+    nb, n = c.get("below_bound_iterations") or 0, c.get("iterations")
+    if nb and cost_s is not None and cost_s >= BELOW_BOUND_S:
+        text += f" ({_n(nb)} of {_n(n)} iterations ran faster than the bound)"
     return text + "."
 
 

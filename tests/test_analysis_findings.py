@@ -148,25 +148,40 @@ def _analysis(**metrics) -> Analysis:
 
 
 def test_cost_sentence_uses_the_attribution_when_there_is_one():
-    a = _analysis(cost={"measured_s": 2.4, "bound_s": 2.35, "network_cost_s": 0.05,
-                        "rto_stall_s": 0.0, "loss_recovery_s": 0.05, "straggler_s": 0.0})
-    # ratio 2.4 / 2.35 = 1.021; 0.05 / 2.4 = 2.1 %
-    assert fnd.cost(a).text == (
-        "An iteration took 2.4 s on average against a bound of 2.35 s on this fabric "
-        "(1.02×); the network cost 0.05 s (2.1 %) over the bound, of which RTO stalls 0 s "
-        "and loss recovery 0.05 s.")
-    # the per-iteration table alone: its means; the network's cost = loss recovery + RTO
-    # stalls when it has no column of its own
+    # attribution.run_summary's shape: per-iteration means (s)
+    summary = {"iterations": 10, "measured_s": 2.4, "bound_s": 2.3, "compute_s": 0.05,
+               "transfer_at_bound_s": 2.3, "rto_stall_s": 0.0, "loss_recovery_s": 0.03,
+               "straggler_wait_s": 0.0, "unexplained_s": 0.02, "network_cost_s": 0.05,
+               "network_cost_pct": 100 * 0.05 / 2.4, "below_bound_iterations": 0}
+    assert fnd.cost(_analysis(cost=summary)).text == (
+        "An iteration took 2.4 s on average: 0.05 s of compute, 2.3 s to move its bytes at "
+        "the bound; the network cost 0.05 s (2.1 %) over the bound: RTO stalls 0 s, loss "
+        "recovery 0.03 s, unexplained 0.02 s.")
+    summary.update(measured_s=1.0, compute_s=0.1, transfer_at_bound_s=1.0, loss_recovery_s=0,
+                   unexplained_s=-0.1, network_cost_s=-0.1, network_cost_pct=-10.0,
+                   below_bound_iterations=10)
+    assert fnd.cost(_analysis(cost=summary)).text == (
+        "An iteration took 1 s on average: 0.1 s of compute, 1 s to move its bytes at the "
+        "bound; it ran 0.1 s (10 %) faster than the bound allows, so the bound's "
+        "assumptions did not hold.")
+
+
+def test_cost_sentence_summarises_the_attribution_table():
+    # two iterations whose six parts add up to their durations (1 s and 3 s): means
+    # 2 s = 0.1 compute + 0.7 transfer + 0.5 RTO + 0.1 recovery + 0.2 wait + 0.4 rest;
+    # the network's cost = 2 - 0.1 - 0.7 - 0.2 = 1 s = 50 %
     a = _analysis()
     a.tables["attribution"] = pd.DataFrame({
-        "measured_s": [1.0, 3.0], "bound_s": [0.8, 0.8], "compute_s": [0.1, 0.1],
-        "loss_recovery_s": [0.0, 0.2], "rto_stall_s": [0.0, 1.0], "straggler_s": [0.1, 0.3],
-        "unexplained_s": [0.0, 0.0]})
-    assert fnd.attribution(a)["network_cost_s"] == pytest.approx(0.6)
+        "rank": [1, 1], "iteration": [0, 1], "duration_s": [1.0, 3.0], "bound_s": [0.7, 0.7],
+        "compute_s": [0.1, 0.1], "transfer_at_bound_s": [0.7, 0.7], "rto_stall_s": [0.0, 1.0],
+        "loss_recovery_s": [0.0, 0.2], "straggler_wait_s": [0.1, 0.3],
+        "unexplained_s": [0.1, 0.7], "below_bound": [False, False],
+        "host_ip_known": [True, True]})
+    assert fnd.attribution(a)["network_cost_s"] == pytest.approx(1.0)
     assert fnd.cost(a).text == (
-        "An iteration took 2 s on average against a bound of 0.8 s on this fabric (2.5×); "
-        "the network cost 0.6 s (30 %) over the bound, of which RTO stalls 0.5 s and loss "
-        "recovery 0.1 s; waiting for stragglers 0.2 s.")
+        "An iteration took 2 s on average: 0.1 s of compute, 0.7 s to move its bytes at the "
+        "bound, 0.2 s waiting for stragglers; the network cost 1 s (50 %) over the bound: "
+        "RTO stalls 0.5 s, loss recovery 0.1 s, unexplained 0.4 s.")
 
 
 def test_cost_sentence_without_attribution_compares_lossy_and_clean_iterations():
