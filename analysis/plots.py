@@ -444,3 +444,36 @@ def compare_lines(lines: pd.DataFrame, x_name: str, metric: str, path,
     ax.set_title(f"{metric} vs {x_name} (mean, 95 % CI over repetitions)", fontsize="medium")
     _legend_outside(ax)
     return _save(fig, path)
+
+
+PART_COLOURS = {"compute_s": "tab:green", "transfer_at_bound_s": "tab:blue",
+                "schedule_s": "tab:cyan", "rto_stall_s": "tab:red",
+                "loss_recovery_s": "tab:orange", "straggler_wait_s": "tab:purple",
+                "unexplained_s": "tab:gray"}
+
+
+def stacked_parts(parts: pd.DataFrame, path, xlabel: str = "iteration",
+                  title: str = "") -> Path | None:
+    """Stacked bars, one per row of `parts` (index = iteration), one colour per column
+    (seconds); a negative part (an iteration below its bound) is drawn below zero."""
+    if parts.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(10, 3.6))
+    x = np.arange(len(parts))
+    pos = np.zeros(len(parts))
+    neg = np.zeros(len(parts))
+    for col in parts.columns:
+        v = parts[col].fillna(0.0).to_numpy(dtype=float)
+        bottom = np.where(v >= 0, pos, neg)
+        ax.bar(x, v, bottom=bottom, color=PART_COLOURS.get(col, None), width=0.8,
+               label=col.removesuffix("_s").replace("_", " "))
+        pos += np.where(v >= 0, v, 0)
+        neg += np.where(v < 0, v, 0)
+    step = max(1, int(np.ceil(len(parts) / 20)))  # at most ~20 labels
+    ax.set_xticks(x[::step], [str(i) for i in parts.index][::step], fontsize="small")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("seconds")
+    if title:
+        ax.set_title(title)
+    _legend_outside(ax)
+    return _save(fig, path)

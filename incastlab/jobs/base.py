@@ -107,6 +107,18 @@ class Job:
         ``analysis.costmodel.Bound``), or None when the job has none."""
         return None
 
+    def schedule_s(self, ctx, bound) -> float:
+        """Seconds per iteration that the job's own schedule adds above ``bound`` on
+        any network (e.g. a sync PS's push phase then pull phase, where a pipelined PS
+        would overlap them); 0 by default."""
+        return 0.0
+
+    def attribution_rows(self, ctx):
+        """``(rows, waits_on)``: the rows whose time is split into its causes (one per
+        rank × iteration or round: t_start, t_end, host, compute_s, wait_s), and the
+        hosts whose flows every row also waits on (``analysis.attribution``)."""
+        return None, []
+
     def tables(self, ctx) -> dict:
         """Job-specific tables (name -> DataFrame) for the report and metrics.json."""
         return {}

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 
 from incastlab.apps.commands import WORKLOADS as APP_COMMANDS
 from incastlab.fields import int_check, spec_field
-from incastlab.jobs.base import Job, Launch, Roles, endpoints
+from incastlab.jobs import reporting as rep
+from incastlab.jobs import runview
+from incastlab.jobs.base import Job, Launch, Roles, Section, endpoints
 from incastlab.topologies import naming
 
 INCAST_PORT = 5001
@@ -52,3 +54,48 @@ class IncastJob(Job):
                    for rank, (host, argv) in enumerate(zip(hosts[1:], argvs[1:], strict=True),
                                                        start=1)]
         return servers + [client]
+
+    # -- analysis --------------------------------------------------------------------
+    def bound(self, a):
+        """One round: N blocks through the receiver's port (the incast queue), each
+        sender's own link and the uplinks (analysis.costmodel.incast_bound)."""
+        w, p = runview.workload(a), runview.placed(a)
+        if p is None or a.fabric is None or not p.servers or not p.workers:
+            return None
+        receiver = p.servers[0]
+        rates = [runview.host_mbps(a, h) for h in p.workers]
+        b_r = runview.host_mbps(a, receiver)
+        if b_r is None or None in rates:
+            return None
+        spines = runview.usable_spines(a)
+        fabric = {"sender_leaves": [runview.leaf_of(a, h) for h in p.workers],
+                  "receiver_leaf": runview.leaf_of(a, receiver), "spines": spines,
+                  "fabric_mbps": a.fabric.fabric_bw_mbps} \
+            if spines and a.fabric.fabric_bw_mbps else {}
+        return rep.costmodel.incast_bound(len(p.workers), float(w.block_bytes), b_r,
+                                          sender_mbps=rates, **fabric)
+
+    def attribution_rows(self, a):
+        """Each round, at the receiver: every block's flow ends at its host."""
+        rounds = a.tables["rounds"].copy()
+        p = runview.placed(a)
+        rounds["host"] = p.servers[0] if p and p.servers else None
+        return rounds, []
+
+    def tables(self, a) -> dict:
+        return {"rounds": rep.training.incast_rounds(a.tables["workers_raw"])}
+
+    def plots(self, a) -> dict:
+        r = a.tables["retrans"]
+        rto = r.loc[r["event"].astype(bool) & (r["kind"] == "rto"), "t"] if len(r) else []
+        return {"incast": lambda path: rep.plotting.incast_goodput(a.tables["rounds"], path,
+                                                                   rto)}
+
+    def sections(self, a, figs) -> list[Section]:
+        if a.tables["rounds"].empty:
+            return [Section("Incast benchmark goodput", *rep.render.none(
+                "no round events in the client's log"))]
+        rounds = rep.render.rel(a.tables["rounds"], a.t0)
+        return [Section("Incast benchmark goodput (s since run start)",
+                        rep.render.img(figs.get("incast"), "incast")
+                        + rep.render.df_html(rounds), rep.render.df_md(rounds))]

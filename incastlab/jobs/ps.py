@@ -9,10 +9,13 @@ from dataclasses import dataclass
 
 from incastlab.apps.commands import WORKLOADS as APP_COMMANDS
 from incastlab.fields import choice, int_check, optional, spec_field
+from incastlab.jobs import reporting as rep
+from incastlab.jobs import runview
 from incastlab.jobs.base import (
     Job,
     Launch,
     Roles,
+    Section,
     TrainingFields,
     endpoints,
     straggler_problems,
@@ -75,3 +78,69 @@ class PsJob(Job):
         return [Launch(host, argv, rank, "server" if rank < shards else "worker",
                        rank >= shards)
                 for rank, (host, argv) in enumerate(zip(hosts, argvs, strict=True))]
+
+    # -- analysis --------------------------------------------------------------------
+    def bound(self, a):
+        """The sync/async PS bound (analysis.costmodel.ps_bound) on the fabric it ran
+        on: each worker's and shard's own link rate, their leaves, the spines the
+        routing lets a flow use."""
+        w, p = runview.workload(a), runview.placed(a)
+        if p is None or a.fabric is None or not p.servers or not p.workers:
+            return None
+        w_rates = [runview.host_mbps(a, h) for h in p.workers]
+        s_rates = [runview.host_mbps(a, h) for h in p.servers]
+        if None in w_rates or None in s_rates:
+            return None
+        spines = runview.usable_spines(a)
+        leaves = {"worker_leaves": [runview.leaf_of(a, h) for h in p.workers],
+                  "shard_leaves": [runview.leaf_of(a, h) for h in p.servers],
+                  "spines": spines, "fabric_mbps": a.fabric.fabric_bw_mbps} \
+            if spines and a.fabric.fabric_bw_mbps else {}
+        compute = runview.mean_compute_s(a) if w.mode != "sync" else 0.0
+        return rep.costmodel.ps_bound(len(p.workers), len(p.servers),
+                                      runview.gradient_bytes(a, w), w_rates, s_rates,
+                                      mode=w.mode, compute_s=compute, **leaves)
+
+    def schedule_s(self, a, bound) -> float:
+        """A sync PS pushes, then (after the barrier) pulls: its schedule adds
+        push_then_pull − the pipelined chain bound (costmodel.ps_bound) to each
+        iteration, whatever the network does."""
+        if bound is None or runview.workload(a).mode != "sync":
+            return 0.0
+        return max(0.0, bound.terms.get("push_then_pull", bound.seconds) - bound.seconds)
+
+    def attribution_rows(self, a):
+        """Every worker iteration; under sync, backup and SSP each waits on the flows
+        of the PS hosts too (the barrier), under async only on its own."""
+        p = runview.placed(a)
+        waits_on = list(p.servers) if p and runview.workload(a).mode != "async" else []
+        return a.tables["iterations"], waits_on
+
+    def tables(self, a) -> dict:
+        workers = a.tables["workers_raw"]
+        return {"staleness": rep.training.staleness(workers),
+                "discarded": rep.training.discarded(workers)}
+
+    def plots(self, a) -> dict:
+        t = a.tables
+        return {"staleness": lambda path: rep.plotting.staleness_hist(t["staleness"], path),
+                "loss": lambda path: rep.plotting.loss_curve(t["loss_curve"], a.t0, path)}
+
+    def sections(self, a, figs) -> list[Section]:
+        t = a.tables
+        if not (len(t["staleness"]) or len(t["loss_curve"])):
+            return [Section("Training: staleness and loss", *rep.render.none(
+                "no staleness or loss values in the worker logs"))]
+        disc = t["discarded"]
+        disc_html = ("<h3>Late gradients discarded by the PS (backup workers)</h3>"
+                     + rep.render.df_html(disc)) \
+            if len(disc) and disc["discarded"].sum() else ""
+        stale = t["staleness"]
+        mean = float(stale.mean()) if len(stale) else None
+        return [Section("Training: staleness and loss",
+                        rep.render.img(figs.get("staleness"), "staleness")
+                        + (rep.render.none("no staleness values")[0] if not len(stale) else "")
+                        + rep.render.img(figs.get("loss"), "loss") + disc_html,
+                        f"staleness mean {rep.render.fmt(mean)}\n"
+                        + (f"\nDiscarded gradients:\n\n{rep.render.df_md(disc)}"
+                           if disc_html else ""))]
