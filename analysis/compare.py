@@ -131,6 +131,36 @@ def _line_table(table, runs, keys, x_key, metric) -> pd.DataFrame:
                          "n": t["n"].to_numpy()})
 
 
+def _mean_text(mean: float, ci: float) -> str:
+    """'20 ± 25'; a CI that is rounding noise of equal values (1e-16) shows as 0."""
+    if math.isnan(ci):
+        return f"{mean:.4g}"
+    return f"{mean:.4g} ± {0.0 if ci <= 1e-9 * max(1.0, abs(mean)) else ci:.2g}"
+
+
+def headline_table(table: pd.DataFrame, declared: list) -> str:
+    """The comparison's headline table: a row per declared metric any group measured
+    (label, metrics.json key, unit, mean ± CI per group, meaning)."""
+    if table.empty:
+        return "<p class='none'>(no complete runs with headline numbers)</p>"
+    groups = list(dict.fromkeys(table["group"]))
+    cell = {(r.metric, r.group): _mean_text(r.mean, r.ci95)
+            for r in table.itertuples(index=False)}
+    head = ("<tr><th class='l'>metric (metrics.json key)</th><th class='l'>unit</th>"
+            + "".join(f"<th>{html.escape(str(g))}</th>" for g in groups)
+            + "<th class='l'>what it means</th></tr>")
+    rows = []
+    for m in declared:
+        if not any((m.name, g) in cell for g in groups):
+            continue
+        rows.append(f"<tr><th class='l'>{html.escape(m.label)}<br><code>"
+                    f"{html.escape(m.name)}</code></th><td class='l'>{html.escape(m.unit)}</td>"
+                    + "".join(f"<td class='v'>{html.escape(cell.get((m.name, g), 'n/a'))}</td>"
+                              for g in groups)
+                    + f"<td class='l'>{html.escape(m.meaning)}</td></tr>")
+    return f"<table class='tbl head'>{head}{''.join(rows)}</table>"
+
+
 def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
     """Compare several run directories; write compare.html, compare.csv, compare.json and
     plots/compare_*.png into `out_dir`.
@@ -188,15 +218,8 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
     body.append("<p>Groups differ in: " + (html.escape(", ".join(keys)) or "nothing (all "
                 "runs share one spec apart from seeds)") + ". Means with 95 % confidence "
                 "intervals (Student t over repetitions; n = runs in the group).</p>")
-    wide = table.assign(value=[
-        f"{m:.4g} ± {c:.2g}" if not math.isnan(c) else f"{m:.4g}"
-        for m, c in zip(table["mean"], table["ci95"], strict=True)])
-    if len(wide):
-        wide = wide.pivot(index="metric", columns="group", values="value").reindex(
-            [m.name for m in declared if m.name in set(wide["metric"])]).reset_index()
-        wide.insert(1, "unit", [units[k] for k in wide["metric"]])
-        wide["what it means"] = [metrics.by_name(k).meaning for k in wide["metric"]]
-    body.append("<h2>Headline metrics (mean ± 95 % CI half-width)</h2>" + _df_html(wide, 100))
+    body.append("<h2>Headline metrics (mean ± 95 % CI half-width)</h2>"
+                + headline_table(table, declared))
     body += [_img(p, p.stem) for p in figs]
     body.append("<h2>Runs</h2>" + _df_html(runs_df, 500))
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>incastlab comparison"

@@ -126,7 +126,9 @@ def compare_summary(table_path: Path) -> str:
         cells = []
         for r in rows.itertuples(index=False):
             # means of counts are not whole numbers: 3 significant digits for all
-            ci = "" if math.isnan(r.ci95) else f" ± {significant(r.ci95, 2)}"
+            noise = 1e-9 * max(1.0, abs(r.mean))  # equal values leave a CI of ~1e-16
+            ci = "" if math.isnan(r.ci95) else \
+                f" ± {significant(r.ci95, 2) if r.ci95 > noise else '0'}"
             cells.append(f"{r.group}: {significant(r.mean)}{ci} (n={r.n})")
         lines.append(f"  {m.label}" + (f" ({m.unit})" if m.unit else "") + ": "
                      + "; ".join(cells))
