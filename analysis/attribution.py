@@ -2,12 +2,16 @@
 the rest.
 
 One row per rank × iteration (the `training.iterations` table, or incast rounds) is split
-into six parts that add up to its measured duration D = t_end − t_start (s):
+into seven parts that add up to its measured duration D = t_end − t_start (s):
 
     compute_s            the logged compute_s (with any injected straggler sleep),
                          clipped to [0, D]
     transfer_at_bound_s  the cost model's lower bound on the communication
                          (`analysis.costmodel`), as given
+    schedule_s           what the job's own order of sends adds above that bound on any
+                         network (a sync PS pushes, then pulls; a pipelined PS could
+                         overlap them), as given by the job, capped by the excess left
+                         after the network causes
     rto_stall_s          excess time during which a flow this iteration depends on sat
                          silent waiting for its retransmission timer
     loss_recovery_s      excess time during a fast/SACK, tail-loss-probe or other
@@ -24,8 +28,10 @@ causes are 0, unexplained_s = E < 0 and `below_bound` is True — the one case i
 part is negative. Otherwise E is handed out in this order, each part capped by what is
 left: RTO stalls (the overlap of RTO silences with the iteration's communication
 window), then loss recovery (the overlap of recovery episodes with that window, minus the
-time already under an RTO silence), then the logged wait, and unexplained_s gets the
-remainder (>= 0). Network causes come before the wait because a worker that waits at the
+time already under an RTO silence), then the job's schedule, then the logged wait, and
+unexplained_s gets the remainder (>= 0). Measured network events come before the
+schedule's share, which is an estimate, so that an estimate never hides them.
+Network causes come before the wait because a worker that waits at the
 barrier while the flow it depends on is stalled waits *because of* that stall; a wait
 with no network event under it stays a straggler wait. Unexplained time is what the
 model does not capture: scheduling (e.g. a PS answering everyone at once so nobody
@@ -39,7 +45,7 @@ iteration when one of its two hosts is the iteration's host or one of `depends_o
 PS; every ring host for a ring: a stall anywhere holds the whole ring).
 
 The network's cost over the bound (`run_summary`) = measured − compute − transfer at
-the bound − straggler wait = rto_stall + loss_recovery + unexplained.
+the bound − schedule − straggler wait = rto_stall + loss_recovery + unexplained.
 """
 from __future__ import annotations
 
@@ -50,7 +56,7 @@ import pandas as pd
 
 from .pcap import ip_to_str
 
-PARTS = ["compute_s", "transfer_at_bound_s", "rto_stall_s", "loss_recovery_s",
+PARTS = ["compute_s", "transfer_at_bound_s", "schedule_s", "rto_stall_s", "loss_recovery_s",
          "straggler_wait_s", "unexplained_s"]
 INTERVAL_COLUMNS = ["flow", "src_ip", "dst_ip", "start", "end", "kind"]
 ID_COLUMNS = ["rank", "iteration", "round", "host", "t_start", "t_end"]
@@ -150,7 +156,7 @@ def _col(df: pd.DataFrame, name: str) -> np.ndarray:
 
 def attribute(iterations: pd.DataFrame, bound_s, rto_intervals: pd.DataFrame | None = None,
               recovery_intervals: pd.DataFrame | None = None, *,
-              host_ips: dict[str, str] | None = None,
+              schedule_s=0.0, host_ips: dict[str, str] | None = None,
               depends_on: Iterable[str] = ()) -> pd.DataFrame:
     """Split every iteration into the six PARTS (module docstring for the rule).
 
@@ -162,6 +168,8 @@ def attribute(iterations: pd.DataFrame, bound_s, rto_intervals: pd.DataFrame | N
     rto_intervals, recovery_intervals: tables of INTERVAL_COLUMNS (`rto_intervals()`,
       `recovery_intervals()`); None = no captures (those parts are 0, and the excess is
       unexplained).
+    schedule_s: what the job's schedule adds per iteration above the bound (s; one
+      number or one per row; `Job.schedule_s`), 0 by default.
     host_ips: {host name: dotted IP} (fabric.json); a row whose host has no IP here gets
       no network cause (`host_ip_known` False).
     depends_on: host names whose flows every iteration waits on besides its own host's.
@@ -169,7 +177,8 @@ def attribute(iterations: pd.DataFrame, bound_s, rto_intervals: pd.DataFrame | N
     Returns one row per input row (same order) with OUT_COLUMNS: the id columns present
     in the input, duration_s, bound_s, the PARTS (summing to duration_s), the raw
     overlaps rto_overlap_s and recovery_overlap_s (before capping by the excess),
-    wait_logged_s, below_bound, host_ip_known.
+    wait_logged_s, below_bound, host_ip_known. A row without t_start, t_end or a bound
+    (NaN) gets NaN parts; `run_summary` leaves it out and counts it.
     """
     it = iterations.reset_index(drop=True)
     n = len(it)
@@ -181,6 +190,10 @@ def attribute(iterations: pd.DataFrame, bound_s, rto_intervals: pd.DataFrame | N
     t1 = pd.to_numeric(it["t_end"], errors="coerce").to_numpy(dtype=float)
     dur = t1 - t0
     compute = np.clip(_col(it, "compute_s"), 0.0, np.maximum(dur, 0.0))
+    sched = np.asarray(schedule_s, dtype=float)
+    sched = np.full(n, float(sched)) if sched.ndim == 0 else sched.reshape(-1)
+    if len(sched) != n:
+        raise ValueError(f"schedule_s: expected one value or {n}, got {len(sched)}")
     wait_logged = np.clip(_col(it, "wait_s"), 0.0, None)
     host_ips = host_ips or {}
     extra = {host_ips[h] for h in depends_on if h in host_ips}
@@ -224,14 +237,17 @@ def attribute(iterations: pd.DataFrame, bound_s, rto_intervals: pd.DataFrame | N
     left = left - rto_s
     rec_s = np.minimum(q_ov, left)
     left = left - rec_s
+    sched_s = np.minimum(np.maximum(sched, 0.0), left)
+    left = left - sched_s
     wait_s = np.minimum(wait_logged, left)
     # the remainder, computed from the duration so the parts add up to it exactly
-    unexplained = dur - compute - bound - rto_s - rec_s - wait_s
+    unexplained = dur - compute - bound - sched_s - rto_s - rec_s - wait_s
     out = pd.DataFrame({c: it[c].to_numpy() for c in ID_COLUMNS if c in it})
     out["duration_s"] = dur
     out["bound_s"] = bound
     out["compute_s"] = compute
     out["transfer_at_bound_s"] = bound
+    out["schedule_s"] = sched_s
     out["rto_stall_s"] = rto_s
     out["loss_recovery_s"] = rec_s
     out["straggler_wait_s"] = wait_s
@@ -249,26 +265,31 @@ def run_summary(attr: pd.DataFrame) -> dict:
     network cost over the bound.
 
     Keys: iterations (rows), measured_s, bound_s, and each of PARTS (means per row);
-    network_cost_s = measured − compute − transfer_at_bound − straggler_wait (= RTO
-    stalls + loss recovery + unexplained), network_cost_pct (of measured, %);
+    network_cost_s = measured − compute − transfer_at_bound − schedule − straggler_wait
+    (= RTO stalls + loss recovery + unexplained), network_cost_pct (of measured, %);
     comm_over_bound = (measured − compute) / bound (1.0 = communication at its bound);
-    below_bound_iterations; no_host_ip_iterations; totals: {part: sum over rows (s)},
-    with measured_s and network_cost_s too. Means and percentages are None without rows.
+    below_bound_iterations; no_host_ip_iterations; skipped_iterations (rows with NaN
+    parts, left out of everything else); totals: {part: sum over rows (s)}, with
+    measured_s and network_cost_s too. Means and percentages are None without rows.
     """
+    ok = attr[["duration_s", *PARTS]].notna().all(axis=1) if len(attr) else []
+    skipped = int(len(attr) - int(np.sum(ok)))
+    attr = attr[ok] if len(attr) else attr
     n = int(len(attr))
     if n == 0:
         return {"iterations": 0, "measured_s": None, "bound_s": None,
                 **{p: None for p in PARTS}, "network_cost_s": None,
                 "network_cost_pct": None, "comm_over_bound": None,
-                "below_bound_iterations": 0, "no_host_ip_iterations": 0, "totals": {}}
+                "below_bound_iterations": 0, "no_host_ip_iterations": 0,
+                "skipped_iterations": skipped, "totals": {}}
     mean = {c: float(attr[c].mean()) for c in ["duration_s", "bound_s", *PARTS]}
     cost = mean["duration_s"] - mean["compute_s"] - mean["transfer_at_bound_s"] \
-        - mean["straggler_wait_s"]
+        - mean["schedule_s"] - mean["straggler_wait_s"]
     comm = mean["duration_s"] - mean["compute_s"]
     totals = {c: float(attr[c].sum()) for c in PARTS}
     totals["measured_s"] = float(attr["duration_s"].sum())
     totals["network_cost_s"] = totals["measured_s"] - totals["compute_s"] \
-        - totals["transfer_at_bound_s"] - totals["straggler_wait_s"]
+        - totals["transfer_at_bound_s"] - totals["schedule_s"] - totals["straggler_wait_s"]
     return {"iterations": n, "measured_s": mean["duration_s"], "bound_s": mean["bound_s"],
             **{p: mean[p] for p in PARTS}, "network_cost_s": cost,
             "network_cost_pct": 100 * cost / mean["duration_s"]
@@ -276,7 +297,7 @@ def run_summary(attr: pd.DataFrame) -> dict:
             "comm_over_bound": comm / mean["bound_s"] if mean["bound_s"] > 0 else None,
             "below_bound_iterations": int(attr["below_bound"].sum()),
             "no_host_ip_iterations": int((~attr["host_ip_known"].astype(bool)).sum()),
-            "totals": totals}
+            "skipped_iterations": skipped, "totals": totals}
 
 
 def _s(x: float) -> str:
@@ -284,24 +305,27 @@ def _s(x: float) -> str:
     return "0" if abs(x) < 5e-4 else f"{x:.3g}"
 
 
-def headline_sentence(summary: dict) -> str:
+def headline_sentence(summary: dict, per: str = "iteration") -> str:
     """One sentence for the report's headline, from `run_summary`, e.g. "per iteration
     the network cost 0.1 s (4 %) over the bound; RTO stalls 0 s, loss recovery 0.02 s,
-    unexplained 0.08 s"."""
+    unexplained 0.08 s". `per`: what a row is ("round" for the incast benchmark)."""
     if not summary.get("iterations"):
-        return "no iterations to attribute"
+        return f"no {per}s to attribute"
     cost, pct = summary["network_cost_s"], summary["network_cost_pct"]
     pct_txt = f" ({abs(pct):.0f} %)" if pct is not None else ""
     if cost < -5e-4:
-        head = (f"per iteration the run was {_s(-cost)} s{pct_txt} faster than the bound "
+        head = (f"per {per} the run was {_s(-cost)} s{pct_txt} faster than the bound "
                 "allows: its assumptions did not hold")
     else:
-        head = f"per iteration the network cost {_s(cost)} s{pct_txt} over the bound"
+        head = f"per {per} the network cost {_s(cost)} s{pct_txt} over the bound"
     text = (f"{head}; RTO stalls {_s(summary['rto_stall_s'])} s, loss recovery "
             f"{_s(summary['loss_recovery_s'])} s, unexplained {_s(summary['unexplained_s'])} s")
+    if (summary.get("schedule_s") or 0) >= 5e-4:
+        text += (f" (the job's own schedule adds {_s(summary['schedule_s'])} s on any "
+                 "network)")
     if summary.get("straggler_wait_s", 0) >= 5e-4:
         text += f" (and {_s(summary['straggler_wait_s'])} s waiting for stragglers)"
     nb = summary.get("below_bound_iterations", 0)
     if nb:
-        text += f"; {nb} of {summary['iterations']} iterations ran faster than the bound"
+        text += f"; {nb} of {summary['iterations']} {per}s ran faster than the bound"
     return text

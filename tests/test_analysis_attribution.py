@@ -149,6 +149,18 @@ def test_run_summary_and_headline():
                     "stragglers)")
     assert at.headline_sentence(at.run_summary(at.attribute(it.iloc[0:0], 1.0))) == \
         "no iterations to attribute"
+    # a torn last line (no t_end) is left out of the summary and counted
+    torn = pd.concat([it, _iters([(1, 2, "h1", 104.0, np.nan, 0.5, 0.0)])],
+                     ignore_index=True)
+    s2 = at.run_summary(at.attribute(torn, 1.0, rto, rec, host_ips=IPS))
+    assert (s2["iterations"], s2["skipped_iterations"]) == (2, 1)
+    assert s2["network_cost_s"] == pytest.approx(0.3)
+    # the faster-than-the-bound case says so, per round for the incast benchmark
+    fast = at.run_summary(at.attribute(_iters([(0, 0, "h1", 0.0, 0.8, 0.0, 0.0)]), 1.0))
+    assert at.headline_sentence(fast, per="round") == (
+        "per round the run was 0.2 s (25 %) faster than the bound allows: its assumptions "
+        "did not hold; RTO stalls 0 s, loss recovery 0 s, unexplained -0.2 s; 1 of 1 "
+        "rounds ran faster than the bound")
 
 
 def test_intervals_from_a_scripted_capture(tmp_path):
