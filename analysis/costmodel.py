@@ -186,7 +186,8 @@ def ps_bound(workers: int, shards: int, model_bytes: float, host_mbps, ps_mbps=N
       What cannot overlap is the chain: after a shard's update its N pulls leave through
       its port (N·M/k·f/B_ps), and only then has the last-answered worker its
       parameters; its next slice must still come back through its own link and the port
-      ((M/k)·f/min(B_w, B_ps)) before the next update. So per iteration
+      ((M/k)·f/min(B_w, B_ps), B_w of the fastest worker: any may be the last
+      answered) before the next update. So per iteration
         comm ≥ max( N·M/k·f/B_ps + (M/k)·f/min(B_w, B_ps),      shard port chain
                     2·M·f/B_w,                       a worker's own pull, then push
                     X_j·f/(spines·B_f) + (M/k)·f/min(B_w, B_ps, spines·B_f) )  fabric
@@ -277,10 +278,13 @@ def _ps_sync(n, k, m, w_rates, s_rates, wl, sl, spines, fabric_mbps, alpha_s, mt
     f = framing_factor(mtu)
     slice_b = m / k
     b_ps, b_w = min(s_rates), min(w_rates)
+    # any worker may be the last answered, so its slice comes back at the fastest
+    # worker's rate at best (every worker's own pull and push count at the slowest's)
+    b_last = max(w_rates)
     # shard chain: N pulls leave the port after the update, then the last-answered
     # worker's next slice must come in through its own link and the port
     pulls = n * slice_b * f / bytes_per_s(b_ps)
-    back = slice_b * f / bytes_per_s(min(b_w, b_ps))
+    back = slice_b * f / bytes_per_s(min(b_last, b_ps))
     chain = pulls + back
     link = 2 * m * f / bytes_per_s(b_w)
     cands = {"shard port": chain, "worker link": link}
@@ -292,7 +296,7 @@ def _ps_sync(n, k, m, w_rates, s_rates, wl, sl, spines, fabric_mbps, alpha_s, mt
             x_s, name, txt = _fabric_term(*_leaf_traffic(pull_flows), spines, fabric_mbps, f)
             if not name:
                 continue
-            ret = slice_b * f / bytes_per_s(min(b_w, s_rates[j], cap_rate))
+            ret = slice_b * f / bytes_per_s(min(b_last, s_rates[j], cap_rate))
             if x_s + ret > fab:
                 fab, fab_txt = x_s + ret, f"{txt} + one slice back {_fmt(ret)} s"
                 cands_name = f"fabric ({name})"

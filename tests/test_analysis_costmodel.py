@@ -81,6 +81,16 @@ def test_sync_ps_shards_split_the_port_load():
     assert slow.seconds == pytest.approx((1.6 + 0.4) * F)
 
 
+def test_sync_ps_uneven_worker_links():
+    """Workers at 20, 20 and 10 Mbit/s into a 20 Mbit/s PS port. The slow worker's own
+    pull and push: 2 x 1 MB / 1.25 MB/s = 1.6 s. The port chain: 3 MB out (1.2 s), then
+    the last-answered worker's 1 MB back -- which may be a fast one: 0.4 s -> 1.6 s."""
+    b = cm.ps_bound(3, 1, MB, [20.0, 20.0, 10.0], 20.0)
+    assert b.terms["worker_link"] == pytest.approx(1.6 * F)
+    assert b.terms["shard_port"] == pytest.approx(1.6 * F)
+    assert b.seconds == pytest.approx(1.6 * F)
+
+
 def test_async_ps_shares_the_port_in_full_duplex():
     """async, 3 workers x 1 MB, all links 20 Mbit/s. A worker's own link: push 0.4 s then
     pull 0.4 s (sequential for that worker) = 0.8 s x F. The port carries 3 MB per
