@@ -9,13 +9,13 @@
    inputs), and whether the captures and the kernel agree on retransmissions.
 
 Only reads an `Analysis` (report.analyse). The cost sentence uses, when present,
-`a.metrics["cost"]`, the per-run summary of the iteration-time attribution
-(`analysis.attribution.run_summary`: per-iteration means in seconds of measured_s,
-compute_s, transfer_at_bound_s, rto_stall_s, loss_recovery_s, straggler_wait_s,
-unexplained_s, and network_cost_s, network_cost_pct, comm_over_bound,
-below_bound_iterations, iterations); else it summarises `a.tables["attribution"]` (one
-row per iteration) with that function; else it compares iterations with and without
-an RTO.
+`a.metrics["cost"]` (analysis/jobcost.py: per-iteration means in seconds of
+measured_s, compute_s, bound_s, schedule_s, rto_stall_s, loss_recovery_s,
+straggler_wait_s, unexplained_s; network_cost_s, network_cost_pct, ratio (communication
+over the bound), iterations, below_bound_iterations; `available` False when the run
+has no cost model); else it summarises `a.tables["attribution"]` (one row per
+iteration) with `analysis.attribution.run_summary`; else it compares iterations with
+and without an RTO.
 """
 from __future__ import annotations
 
@@ -186,7 +186,7 @@ def attribution(a) -> dict | None:
     a.metrics['cost'] or summarised from a.tables['attribution']; None when neither is
     there or it has no iterations."""
     c = a.metrics.get("cost")
-    if not (isinstance(c, dict) and c):
+    if not (isinstance(c, dict) and c.get("available", True) and c.get("iterations")):
         t = a.tables.get("attribution")
         if not isinstance(t, pd.DataFrame) or t.empty:
             return None
@@ -236,17 +236,16 @@ def cost(a) -> Finding:
 
 
 def _cost_sentence(c: dict) -> str:
-    """From attribution.run_summary: where the mean iteration's time went."""
-    parts = [f"{_s(c['compute_s'])} of compute" if _num(c.get("compute_s")) is not None
-             else None,
-             f"{_s(c['transfer_at_bound_s'])} to move its bytes at the bound"
-             if _num(c.get("transfer_at_bound_s")) is not None else None,
-             f"{_s(c['straggler_wait_s'])} waiting for stragglers"
-             if (_num(c.get("straggler_wait_s")) or 0) >= -BELOW_BOUND_S else None]
-    text = f"An iteration took {_s(c['measured_s'])} on average"
-    known = [p for p in parts if p]
-    if known:
-        text += ": " + ", ".join(known)
+    """From the attribution's run summary: where the mean iteration's time went."""
+    measured, compute = _num(c.get("measured_s")), _num(c.get("compute_s"))
+    bound = _num(c.get("bound_s"))
+    text = f"An iteration took {_s(measured)} on average"
+    if compute is not None:
+        comm = measured - compute
+        text += f": {_s(compute)} of compute and {_s(comm)} of communication"
+        ratio = _num(c.get("ratio")) or (comm / bound if bound else None)
+        if bound and ratio is not None:
+            text += f", {ratio:.3g}× its bound of {_s(bound)}"
     cost_s, pct = _num(c.get("network_cost_s")), _num(c.get("network_cost_pct"))
     if cost_s is not None:
         share = f" ({abs(pct):.2g} %)" if pct is not None else ""
@@ -260,6 +259,10 @@ def _cost_sentence(c: dict) -> str:
                 ("unexplained_s", "unexplained")) if _num(c.get(k)) is not None]
             if causes:
                 text += ": " + ", ".join(causes)
+    for key, what in (("schedule_s", "the job's own schedule added"),
+                      ("straggler_wait_s", "waiting for stragglers took")):
+        if (_num(c.get(key)) or 0) >= -BELOW_BOUND_S:
+            text += f"; {what} {_s(c[key])}"
     nb, n = c.get("below_bound_iterations") or 0, c.get("iterations")
     if nb and cost_s is not None and cost_s >= BELOW_BOUND_S:
         text += f" ({_n(nb)} of {_n(n)} iterations ran faster than the bound)"

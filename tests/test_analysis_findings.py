@@ -131,7 +131,8 @@ def test_incast_rounds_and_quiet_queues(tmp_path):
               "backlog_bytes": 0, "backlog_pkts": 0, "drops": 0, "overlimits": 0,
               "sent_bytes": k * 1000, "sent_pkts": k, "requeues": 0}
              for k in range(4) for p in (1, 2)]
-    run = make_run_dir(tmp_path / "incast", workers={0: ev}, queues=quiet, t0=T0)
+    run = make_run_dir(tmp_path / "incast", workers={0: ev}, queues=quiet, t0=T0,
+                       spec_text='[workload]\nkind = "incast"\n')
     f = _by_topic(analyse(run))
     assert f["queue"] == ("No switch queue held a packet in any sample and none dropped one "
                           "(2 egress ports sampled).")
@@ -153,17 +154,23 @@ def test_cost_sentence_uses_the_attribution_when_there_is_one():
                "transfer_at_bound_s": 2.3, "rto_stall_s": 0.0, "loss_recovery_s": 0.03,
                "straggler_wait_s": 0.0, "unexplained_s": 0.02, "network_cost_s": 0.05,
                "network_cost_pct": 100 * 0.05 / 2.4, "below_bound_iterations": 0}
+    # communication 2.4 - 0.05 = 2.35 s = 1.02 x the bound
     assert fnd.cost(_analysis(cost=summary)).text == (
-        "An iteration took 2.4 s on average: 0.05 s of compute, 2.3 s to move its bytes at "
-        "the bound; the network cost 0.05 s (2.1 %) over the bound: RTO stalls 0 s, loss "
-        "recovery 0.03 s, unexplained 0.02 s.")
-    summary.update(measured_s=1.0, compute_s=0.1, transfer_at_bound_s=1.0, loss_recovery_s=0,
-                   unexplained_s=-0.1, network_cost_s=-0.1, network_cost_pct=-10.0,
-                   below_bound_iterations=10)
+        "An iteration took 2.4 s on average: 0.05 s of compute and 2.35 s of communication, "
+        "1.02× its bound of 2.3 s; the network cost 0.05 s (2.1 %) over the bound: RTO "
+        "stalls 0 s, loss recovery 0.03 s, unexplained 0.02 s.")
+    summary.update(measured_s=1.0, compute_s=0.1, bound_s=1.0, transfer_at_bound_s=1.0,
+                   loss_recovery_s=0, unexplained_s=-0.1, network_cost_s=-0.1,
+                   network_cost_pct=-10.0, below_bound_iterations=10, schedule_s=0.2)
     assert fnd.cost(_analysis(cost=summary)).text == (
-        "An iteration took 1 s on average: 0.1 s of compute, 1 s to move its bytes at the "
-        "bound; it ran 0.1 s (10 %) faster than the bound allows, so the bound's "
-        "assumptions did not hold.")
+        "An iteration took 1 s on average: 0.1 s of compute and 0.9 s of communication, "
+        "0.9× its bound of 1 s; it ran 0.1 s (10 %) faster than the bound allows, so the "
+        "bound's assumptions did not hold; the job's own schedule added 0.2 s.")
+    # a run without a cost model: the plain sentence
+    a = _analysis(cost={"available": False, "reason": "no bound"}, training={
+        "iterations": 2, "mean_s": 1.0, "p95_s": 1.0, "with_rto": {"n": 0},
+        "with_loss": {"n": 0}})
+    assert fnd.cost(a).text.startswith("An iteration took 1 s on average (95th percentile")
 
 
 def test_cost_sentence_summarises_the_attribution_table():
@@ -173,15 +180,17 @@ def test_cost_sentence_summarises_the_attribution_table():
     a = _analysis()
     a.tables["attribution"] = pd.DataFrame({
         "rank": [1, 1], "iteration": [0, 1], "duration_s": [1.0, 3.0], "bound_s": [0.7, 0.7],
-        "compute_s": [0.1, 0.1], "transfer_at_bound_s": [0.7, 0.7], "rto_stall_s": [0.0, 1.0],
+        "compute_s": [0.1, 0.1], "transfer_at_bound_s": [0.7, 0.7], "schedule_s": [0.0, 0.0],
+        "rto_stall_s": [0.0, 1.0],
         "loss_recovery_s": [0.0, 0.2], "straggler_wait_s": [0.1, 0.3],
         "unexplained_s": [0.1, 0.7], "below_bound": [False, False],
         "host_ip_known": [True, True]})
     assert fnd.attribution(a)["network_cost_s"] == pytest.approx(1.0)
+    # communication 2 - 0.1 = 1.9 s over a bound of 0.7 s = 2.71 x
     assert fnd.cost(a).text == (
-        "An iteration took 2 s on average: 0.1 s of compute, 0.7 s to move its bytes at the "
-        "bound, 0.2 s waiting for stragglers; the network cost 1 s (50 %) over the bound: "
-        "RTO stalls 0.5 s, loss recovery 0.1 s, unexplained 0.4 s.")
+        "An iteration took 2 s on average: 0.1 s of compute and 1.9 s of communication, "
+        "2.71× its bound of 0.7 s; the network cost 1 s (50 %) over the bound: RTO stalls "
+        "0.5 s, loss recovery 0.1 s, unexplained 0.4 s; waiting for stragglers took 0.2 s.")
 
 
 def test_cost_sentence_without_attribution_compares_lossy_and_clean_iterations():

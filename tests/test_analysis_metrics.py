@@ -113,6 +113,8 @@ def _headline_rows(page: str) -> dict[str, list[str]]:
     table = table[:table.index("</table>")]
     rows = {}
     for tr in re.findall(r"<tr><th class='l'>(.*?)</tr>", table):
+        if "<code>" not in tr:
+            continue  # the header row
         label, key = re.match(r"(.*?)<br><code>(.*?)</code></th>", tr).groups()
         cells = re.findall(r"<td class='[lv]'>(.*?)</td>", tr)
         rows[html.unescape(key)] = [html.unescape(label)] + [html.unescape(c) for c in cells]
