@@ -124,6 +124,7 @@ class FabricMap:
     def __post_init__(self):
         for name in ("switches", "hosts", "links"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        # look-up tables, not a field: equality, repr and the file see only the data
         object.__setattr__(self, "_ix", _Index(self))
 
     # ---- serialisation ------------------------------------------------------------
@@ -259,13 +260,12 @@ class FabricMap:
     def ports(self, dpid: int) -> dict[int, Egress]:
         """Port number -> Egress for every wired port of switch ``dpid``."""
         sw = self.switch(dpid)
-        if sw is None:
-            return {}
-        return {e.port: e for e in self.egresses() if e.node == sw.name}
+        return dict(self._ix.ports_of.get(sw.name, {})) if sw else {}
 
     def capacity_mbps(self, dpid: int, port: int) -> float | None:
         """Rate (Mbit/s) of the link behind port ``port`` of switch ``dpid``."""
-        e = self.ports(dpid).get(port)
+        sw = self.switch(dpid)
+        e = self._ix.ports_of.get(sw.name, {}).get(port) if sw else None
         return e.bw_mbps if e else None
 
 
@@ -319,7 +319,7 @@ class _Index:
                 raise FabricError(f"hosts: {lf.name} has {count} hosts but hosts_per_leaf "
                                   f"is {m.hosts_per_leaf}")
 
-        self.egress, self.by_pair, self.uplinks = {}, {}, {}
+        self.egress, self.by_pair, self.uplinks, self.ports_of = {}, {}, {}, {}
         host_link = {}
         used = set()
         for n, lk in enumerate(m.links):
@@ -371,6 +371,7 @@ class _Index:
                 kind = _kind(self.switch_by_name.get(a), self.switch_by_name.get(b))
                 queue = None if kind == HOST_UPLINK else lk.queue_packets
                 self.egress[ia] = Egress(ia, a, pa, b, pb, kind, lk.bw_mbps, queue)
+                self.ports_of.setdefault(a, {})[pa] = self.egress[ia]
                 self.by_pair.setdefault((a, b), ia)
         wanted = {(i, j) for i in self.leaf for j in self.spine}
         if set(self.uplinks) != wanted:
