@@ -188,3 +188,22 @@ def test_intervals_from_a_scripted_capture(tmp_path):
     r = at.attribute(it, 0.1, rto, rec, host_ips={"h1": "10.0.0.1"}).iloc[0]
     assert r["rto_stall_s"] == pytest.approx(0.21 + 0.25, abs=1e-3)
     assert 0 < r["loss_recovery_s"] < 0.01
+
+
+def test_schedule_share_after_the_network_causes():
+    """2.0 s iteration, 0.5 s compute, bound 1.0 s -> 0.5 s excess. A 0.2 s RTO silence
+    comes first, then the job's schedule (0.25 s), then the logged 0.1 s wait, of which
+    only 0.5 - 0.2 - 0.25 = 0.05 s is left; nothing is unexplained. With a 0.4 s
+    schedule only 0.3 s is left for it, and nothing for the wait."""
+    it = _iters([(1, 0, "h1", 0.0, 2.0, 0.5, 0.1)])
+    rto = _intervals([("f", "10.0.0.1", "10.0.0.9", 1.0, 1.2, "rto")])
+    r = at.attribute(it, 1.0, rto, None, schedule_s=0.25, host_ips=IPS).iloc[0]
+    assert (r["rto_stall_s"], r["schedule_s"]) == pytest.approx((0.2, 0.25))
+    assert r["straggler_wait_s"] == pytest.approx(0.05)
+    assert r["unexplained_s"] == pytest.approx(0.0, abs=1e-12)
+    r = at.attribute(it, 1.0, rto, None, schedule_s=[0.4], host_ips=IPS).iloc[0]
+    assert r["schedule_s"] == pytest.approx(0.3) and r["straggler_wait_s"] == 0.0
+    assert abs(r[at.PARTS].sum() - 2.0) < 1e-9
+    s = at.run_summary(at.attribute(it, 1.0, rto, None, schedule_s=0.25, host_ips=IPS))
+    # the network's cost leaves out the schedule and the wait: 2 - 0.5 - 1 - 0.25 - 0.05
+    assert s["network_cost_s"] == pytest.approx(0.2)
