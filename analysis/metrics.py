@@ -14,22 +14,27 @@ A metric whose inputs are missing or damaged is n/a (`None` in metrics.json), an
 (incast goodput in a parameter-server run) is n/a with that reason, and the report and
 CLI leave it out.
 
-Adding metrics (a job kind's own, e.g. its bound or the network's cost over it)::
+Adding metrics. One that every job with a cost model has (the bound, the network's
+cost over it) goes into `HEADLINE` with `kinds=()`, computed from `a.metrics["cost"]`
+(analysis/jobcost.py) and n/a where the job has none. One that only a job kind has is
+returned by that job's `metrics()`::
 
-    from incastlab.analysis.metrics import Metric, register
+    class RingJob(Job):
+        def metrics(self):
+            return [Metric("allreduce_over_bound", "all-reduce over its bound", "ratio",
+                           "Mean all-reduce time over 2(N-1)/N·M/B: 1.0 = at the bound.",
+                           compute=lambda a: (a.metrics.get("ring") or {}).get("ratio_mean"),
+                           inputs=("workers", "fabric"), cli=True)]
 
-    register(Metric("bound_s", "iteration bound", "s",
-                    "Least time one iteration can take on this fabric (bytes / rate).",
-                    compute=lambda a: (a.metrics.get("cost") or {}).get("bound_s"),
-                    inputs=("workers", "fabric"), kinds=("ps",), cli=True))
-
-A job kind's own metrics come from its `metrics()` and are registered with
-`register(*job.metrics(), kind=job.kind)` (metrics without `kinds` then belong to that
-kind); this must happen before `report.analyse` evaluates the list. Names are unique: a
-second declaration of a name raises ValueError, so a metric every job has is registered
-once with `kinds=()`. `metrics_for(kind)` is the list that applies to one job kind
-(`kinds=()` means every kind); `all_metrics()` is every declared metric, whose keys
-metrics.json always holds, so files of different job kinds compare key by key.
+A job kind's own metrics are what its `Job.metrics()` returns (incastlab.jobs): they are
+collected from the job registry (`job_metrics()`), and one that names no `kinds`
+belongs to the job that declares it. Several jobs may return the same Metric object (a
+metric they share); its kinds are merged. `register(*metrics, kind=None)` adds
+declarations from anywhere else (a test, a user's script). Names are unique: a second,
+different declaration of a name raises ValueError. `metrics_for(kind)` is the list
+that applies to one job kind (`kinds=()` means every kind); `all_metrics()` is every
+declared metric, whose keys metrics.json always holds, so files of different job kinds
+compare key by key.
 """
 from __future__ import annotations
 
@@ -51,7 +56,8 @@ INPUTS = {
     "fabric": "fabric.json",
 }
 
-# what each logged workload mode belongs to (modes come from the workers' start events)
+# the job kind of each mode the apps log in their start events, for run directories
+# whose spec.toml names no kind
 MODE_KINDS = {"sync": "ps", "async": "ps", "ssp": "ps", "backup": "ps",
               "ring": "ring", "gloo": "ring", "incast": "incast"}
 
@@ -293,8 +299,37 @@ def unregister(*names: str) -> None:
 
 
 def all_metrics() -> list[Metric]:
-    """Every declared metric, built-in first, then registered ones in order."""
-    return HEADLINE + _REGISTERED
+    """Every declared metric: the built-in list, then those registered here, then each
+    registered job kind's `metrics()` (incastlab.jobs), in that order."""
+    return HEADLINE + _REGISTERED + job_metrics()
+
+
+def job_metrics() -> list[Metric]:
+    """The metrics the registered job kinds declare (`Job.metrics()`); one without
+    `kinds` belongs to the job that declares it. Jobs may share one declaration (the
+    same Metric): its kinds are merged. Two different declarations of one name, or a
+    job metric with a built-in or registered name, raise ValueError."""
+    try:
+        from incastlab.jobs import JOBS
+    except ImportError:  # the analysis alone, without the orchestrator
+        return []
+    taken = {m.name for m in HEADLINE + _REGISTERED}
+    out: dict[str, tuple[Metric, str]] = {}
+    for kind, job in JOBS.items():
+        for m in job.metrics():
+            if m.name in taken:
+                raise ValueError(f"job {kind!r} declares headline metric {m.name!r}, "
+                                 "which is declared already")
+            mine = m if m.kinds else replace(m, kinds=(kind,))
+            if m.name in out:
+                first, first_kind = out[m.name]
+                if replace(first, kinds=()) != replace(m, kinds=()):
+                    raise ValueError(f"jobs {first_kind!r} and {kind!r} declare headline "
+                                     f"metric {m.name!r} differently")
+                mine = replace(first, kinds=tuple(dict.fromkeys(first.kinds + mine.kinds)))
+                kind = first_kind
+            out[m.name] = (mine, kind)
+    return [m for m, _ in out.values()]
 
 
 def metrics_for(kind: str | None) -> list[Metric]:
@@ -325,12 +360,13 @@ def for_cli() -> list[Metric]:
 
 
 def run_kind(mode: str | None, spec: dict | None) -> str | None:
-    """The job kind of a run: from the mode its workers logged, else the spec's
-    `workload.kind`, else None (unknown)."""
-    if mode in MODE_KINDS:
-        return MODE_KINDS[mode]
+    """The job kind of a run: the spec's `workload.kind` (what the runner ran), else,
+    for a run directory without one, what its workers' logged mode belongs to, else
+    None (unknown)."""
     kind = ((spec or {}).get("workload") or {}).get("kind")
-    return str(kind) if kind else None
+    if isinstance(kind, str) and kind:
+        return kind
+    return MODE_KINDS.get(mode) if mode else None
 
 
 def _number(v):

@@ -224,3 +224,74 @@ def test_compare_reads_the_declarations(tmp_path):
     assert compare_summary(out["table"]).splitlines() == [
         "comparison (mean ± 95 % CI half-width over repetitions; n = runs):",
         "  incast goodput (Mbit/s): policy=ecmp: 20 ± 25 (n=3); policy=single: 5 (n=1)"]
+
+
+def _toy_job(kind, declared):
+    """A job kind defined here whose only feature is its headline metrics."""
+    from dataclasses import make_dataclass
+
+    from incastlab.jobs import Job, Roles
+
+    class ToyJob(Job):
+        summary = "toy job for the metrics test"
+        Fields = make_dataclass(f"{kind}Fields", [])
+
+        def roles(self, w):
+            return Roles(1, 1, "clients")
+
+        def launches(self, spec, ips, out_dir):
+            return []
+
+        def metrics(self):
+            return declared
+    ToyJob.kind = kind
+    return ToyJob()
+
+
+def test_metrics_a_job_declares_are_collected_from_the_job_registry(demo):
+    from incastlab import jobs
+
+    run, _, _ = demo
+    shared = Metric("toy_shared", "shared", "s", "Declared once, returned by two jobs.",
+                    compute=lambda a: 1.5)
+    own = Metric("toy_own", "own", "packets", "Only the first toy job has it.",
+                 compute=lambda a: None, absent="the toy never measures it")
+    jobs.register(_toy_job("toyone", [shared, own]))
+    jobs.register(_toy_job("toytwo", [shared]))
+    try:
+        declared = {m.name: m for m in metrics.all_metrics()}
+        assert declared["toy_shared"].kinds == ("toyone", "toytwo")
+        assert declared["toy_own"].kinds == ("toyone",)
+        assert "toy_own" in {m.name for m in metrics.metrics_for("toyone")}
+        assert "toy_own" not in {m.name for m in metrics.metrics_for("toytwo")}
+        m = json.loads(build_report(run, plots=False)["metrics"].read_text())
+        # a PS run: the shared metric is computed all the same; the other is n/a, and why
+        assert m["headline"]["toy_shared"] == 1.5 and m["headline"]["toy_own"] is None
+        assert m["headline_na"]["toy_own"] == "not measured in ps runs"
+    finally:
+        jobs.unregister("toyone")
+        jobs.unregister("toytwo")
+    assert "toy_own" not in {m.name for m in metrics.all_metrics()}
+
+
+def test_conflicting_job_declarations_are_refused():
+    from incastlab import jobs
+
+    one = Metric("toy_x", "x", "s", "One meaning.", compute=lambda a: 1.0)
+    other = Metric("toy_x", "x", "s", "Another meaning.", compute=lambda a: 2.0)
+    jobs.register(_toy_job("toyone", [one]))
+    jobs.register(_toy_job("toytwo", [other]))
+    try:
+        with pytest.raises(ValueError, match="'toyone' and 'toytwo' declare headline "
+                                             "metric 'toy_x' differently"):
+            metrics.all_metrics()
+    finally:
+        jobs.unregister("toyone")
+        jobs.unregister("toytwo")
+    jobs.register(_toy_job("toyone", [Metric("tc_drops", "x", "", "Clash.",
+                                             compute=lambda a: 0)]))
+    try:
+        with pytest.raises(ValueError, match="declares headline metric 'tc_drops'"):
+            metrics.all_metrics()
+    finally:
+        jobs.unregister("toyone")
