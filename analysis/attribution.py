@@ -27,10 +27,12 @@ hold for it, e.g. a steady-state bound beaten by one early-answered worker): the
 causes are 0, unexplained_s = E < 0 and `below_bound` is True — the one case in which a
 part is negative. Otherwise E is handed out in this order, each part capped by what is
 left: RTO stalls (the overlap of RTO silences with the iteration's communication
-window), then loss recovery (the overlap of recovery episodes with that window, minus the
-time already under an RTO silence), then the job's schedule, then the logged wait, and
-unexplained_s gets the remainder (>= 0). Measured network events come before the
-schedule's share, which is an estimate, so that an estimate never hides them.
+window), then the job's schedule, then loss recovery (the overlap of recovery episodes
+with that window, minus the time already under an RTO silence), then the logged wait,
+and unexplained_s gets the remainder (>= 0). An RTO silence stops a flow the iteration
+waits on, so it comes first; the schedule's share is known before the run; a flow in
+fast/SACK recovery keeps sending (and a shared port keeps serving the other flows), so
+an overlap with recovery is an upper limit of its cost and comes after both.
 Network causes come before the wait because a worker that waits at the
 barrier while the flow it depends on is stalled waits *because of* that stall; a wait
 with no network event under it stays a straggler wait. Unexplained time is what the
@@ -235,10 +237,10 @@ def attribute(iterations: pd.DataFrame, bound_s, rto_intervals: pd.DataFrame | N
     left = np.maximum(excess, 0.0)
     rto_s = np.minimum(r_ov, left)
     left = left - rto_s
-    rec_s = np.minimum(q_ov, left)
-    left = left - rec_s
     sched_s = np.minimum(np.maximum(sched, 0.0), left)
     left = left - sched_s
+    rec_s = np.minimum(q_ov, left)
+    left = left - rec_s
     wait_s = np.minimum(wait_logged, left)
     # the remainder, computed from the duration so the parts add up to it exactly
     unexplained = dur - compute - bound - sched_s - rto_s - rec_s - wait_s

@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import attribution as attr
-from . import render
+from . import render, training
 
 COST_KEYS = ("bound_s", "measured_s", "ratio", "network_cost_s", "network_cost_pct",
              "rto_stall_s", "loss_recovery_s", "schedule_s", "straggler_wait_s",
@@ -35,10 +35,15 @@ COST_KEYS = ("bound_s", "measured_s", "ratio", "network_cost_s", "network_cost_p
 
 
 def job_of(a):
-    """The run's job plugin (None: no spec.toml, or a kind this version does not know)."""
-    from incastlab.jobs import JOBS
+    """The run's job plugin: the kind whose apps log the mode the workers' start events
+    carry (what ran), else spec.toml's ``workload.kind`` (what was asked); None when
+    neither is known."""
+    from incastlab.jobs import JOBS, kind_of_mode
 
-    kind = ((a.spec or {}).get("workload") or {}).get("kind")
+    kind = kind_of_mode((a.metrics.get("run") or {}).get("mode")
+                        or training.run_mode(a.tables.get("workers_raw")))
+    if kind is None:
+        kind = ((a.spec or {}).get("workload") or {}).get("kind")
     return JOBS.get(kind) if isinstance(kind, str) else None
 
 

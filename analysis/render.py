@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import metrics
+from . import jobcost, metrics
 from . import plots as plotting
 
 def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
@@ -25,7 +25,6 @@ def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
     labels = {r.iface: f"{r.switch} → {r.peer} ({r.kind})" for r in qsum.itertuples()
               if isinstance(r.peer, str)} if len(qsum) else {}
     r = t["retrans"]
-    rto_times = r.loc[r["event"].astype(bool) & (r["kind"] == "rto"), "t"] if len(r) else []
     jobs = {
         "queues": lambda p: plotting.queue_occupancy(t["queues_d"], hot, a.t0, p, limits,
                                                      labels),
@@ -36,12 +35,11 @@ def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
             t["iterations"], a.t0, p, r[r["event"].astype(bool) & (r["kind"] == "rto")]
             if len(r) else None, t["queues_d"],
             a.fabric.ip_by_host() if a.fabric else {}),
-        "staleness": lambda p: plotting.staleness_hist(t["staleness"], p),
-        "loss": lambda p: plotting.loss_curve(t["loss_curve"], a.t0, p),
         "balance": lambda p: plotting.spine_balance(t["balance"], t["utilisation"], a.t0, p),
-        "ring": lambda p: plotting.ring_vs_bound(t["ring"], p),
-        "incast": lambda p: plotting.incast_goodput(t["rounds"], p, rto_times),
         "reconciliation": lambda p: plotting.reconciliation_bars(t["recon"]["totals"], p),
+        "loss": lambda p: plotting.loss_curve(t["loss_curve"], a.t0, p),
+        # the job's own figures and the attribution (jobcost.py asks the run's job)
+        **jobcost.plots(a),
     }
     out = {}
     for name, job in jobs.items():
@@ -146,8 +144,9 @@ def headline_section(a) -> tuple[str, str, str]:
             + "</td></tr>")
         md.append(f"| {m.label} (`{m.name}`) | {m.text_with_unit(r.value)} | "
                   f"{m.meaning}{' _' + why.strip() + '_' if why else ''} |")
-    head = ("<table class='tbl head'><tr><th>metric (metrics.json key)</th><th>value</th>"
-            "<th class='l'>unit</th><th class='l'>what it means</th></tr>" + "".join(rows) + "</table>")
+    head = ("<table class='tbl head'><tr><th class='l'>metric (metrics.json key)</th><th>value</th>"
+            "<th class='l'>unit</th><th class='l'>what it means</th></tr>" + "".join(rows)
+            + "</table>")
     return "Headline numbers", head, "\n".join(md) + "\n"
 
 
@@ -266,28 +265,11 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
                     + "<h3>Iterations with network events (s since run start)</h3>"
                     + _df_html(_rel(hit, a.t0).drop(columns=["file"])),
                     txt + "\n\nPer worker:\n\n" + _df_md(t["per_worker"])))
-    if len(t["staleness"]) or len(t["loss_curve"]):
-        disc = t["discarded"]
-        disc_html = ("<h3>Late gradients discarded by the PS (backup workers)</h3>"
-                     + _df_html(disc)) if len(disc) and disc["discarded"].sum() else ""
-        out.append(("Training: staleness and loss", _img(figs.get("staleness"), "staleness")
-                    + (none("no staleness values")[0] if not len(t["staleness"]) else "")
-                    + _img(figs.get("loss"), "loss") + disc_html,
-                    f"staleness mean {_fmt(m['headline']['staleness_mean'])}\n"
-                    + (f"\nDiscarded gradients:\n\n{_df_md(disc)}" if disc_html else "")))
-    else:
-        out.append(("Training: staleness and loss",
-                    *none("no staleness or loss values (not a parameter-server run)")))
-    if len(t["ring"]):
-        rb = m["ring"]
-        txt = (f"all-reduce mean {_fmt(rb['allreduce_mean_s'])} s vs bound "
-               f"{_fmt(rb['bound_s'])} s (ratio {_fmt(rb['ratio_mean'])})")
-        out.append(("Ring all-reduce vs bound", f"<p>{txt}</p>" + _img(figs.get("ring"), "ring"),
-                    txt + "\n"))
-    if len(t["rounds"]):
-        rounds = _rel(t["rounds"], a.t0)
-        out.append(("Incast benchmark goodput (s since run start)",
-                    _img(figs.get("incast"), "incast") + _df_html(rounds), _df_md(rounds)))
+    if len(t["loss_curve"]):
+        out.append(("Training: loss", _img(figs.get("loss"), "loss"),
+                    f"final loss {_fmt(m['headline'].get('final_loss'))}\n"))
+    # what the network cost the job, then the job's own sections (jobcost.py)
+    out += [tuple(sec) for sec in jobcost.sections(a, figs)]
 
     # balance
     if t["balance"].empty:
@@ -324,3 +306,17 @@ solid #2a6fb0;padding:.3em 1em;margin:1em 0}.findings h2{margin:.3em 0}.findings
 margin:.3em 0;line-height:1.4}"""
 
 
+
+
+# --- the helpers job plugins build their sections with (incastlab.jobs.*) ---------------
+
+def none(msg: str) -> tuple[str, str]:
+    """(html, markdown) of a section that has nothing to show, saying why."""
+    return f"<p class='none'>{html.escape(msg)}</p>", f"_{msg}_\n"
+
+
+esc = html.escape
+df_html = _df_html
+df_md = _df_md
+img = _img
+rel = _rel

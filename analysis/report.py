@@ -21,14 +21,16 @@ from incastlab.topologies.fabricmap import FabricMap
 
 from . import episodes as ep
 from . import findings as fnd
+from . import jobcost
 from . import metrics as mt
 from . import render
 from . import queues as qmod
 from . import reconcile as rec
 from . import rundir, tcp, training
+from . import trace as tr
 from .pcap import PcapError, read_pcap
 
-REPORT_FILES = ("metrics.json", "summary.md", "report.html")
+REPORT_FILES = ("metrics.json", "summary.md", "report.html", "trace.json")
 
 
 @dataclass
@@ -231,13 +233,7 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
         iters.iloc[0:0], None, None, None))
     steps = training.steps(iters)
     workers_tbl = training.per_worker(iters, steps)
-    dropped = training.discarded(workers)
-    # staleness exists only where a parameter server applies gradients
-    stale = training.staleness(workers) if training.run_mode(workers) not in (
-        "ring", "gloo", "incast") else pd.Series(dtype=float)
     curve = training.loss_curve(workers)
-    ring = training.ring_bound(workers, fabric)
-    rounds = training.incast_rounds(workers)
     finals = training.finals(workers)
     errs = training.errors(workers)
     mode = training.run_mode(workers)
@@ -254,11 +250,17 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
                 "retrans": retrans, "recovery_episodes": rec_eps, "losses": attributed,
                 "balance": balance, "utilisation": util, "episodes": episodes,
                 "iterations": iters_ev, "steps": steps, "per_worker": workers_tbl,
-                "discarded": dropped, "staleness": stale,
-                "loss_curve": curve, "ring": ring, "rounds": rounds, "finals": finals,
+                "loss_curve": curve, "finals": finals, "workers_raw": workers,
                 "counters": counters, "recon": recon, "pcaps": {k: len(v) for k, v in
                                                                   pcaps.items()},
                 "starts": training.starts(workers)}
+    # the job's own tables, its bound and where each iteration's time went (jobcost.py)
+    guard("the job's cost model and attribution", lambda: jobcost.analyse_job(a),
+          lambda: a.metrics.setdefault("cost", {"available": False,
+                                                "reason": "the job's analysis failed"}))
+    cost = a.metrics.get("cost")
+    ring = a.tables.get("ring", pd.DataFrame(columns=["bound_s", "allreduce_s", "ratio"]))
+    dropped = a.tables.get("discarded", pd.DataFrame(columns=["rank", "discarded"]))
     impact = training.impact_summary(iters_ev)
     kind = mt.run_kind(mode, spec)
     rs = tcp.retrans_summary(retrans)
@@ -280,6 +282,7 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
         "ring": {"bound_s": float(ring["bound_s"].iloc[0]) if len(ring) else None,
                  "allreduce_mean_s": float(ring["allreduce_s"].mean()) if len(ring) else None,
                  "ratio_mean": float(ring["ratio"].mean()) if len(ring) else None},
+        "cost": cost,
         "flows": int(len(fsum)), "captures": a.tables["pcaps"],
         "missing": missing, "problems": problems,
     })
@@ -289,6 +292,18 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
     a.metrics["findings"] = _findings(a)
     a.metrics["problems"] = list(a.problems)
     return a
+
+
+def _write_trace(a: Analysis, path: Path) -> Path | None:
+    """trace.json for Perfetto (analysis/trace.py); a failure is a problem, not fatal."""
+    try:
+        trace = tr.build_trace(a.tables["workers_raw"], a.tables["queues_d"],
+                               a.tables["retrans"], t0=a.t0,
+                               host_ips=a.fabric.ip_by_host() if a.fabric else {})
+        return tr.write_trace(path, trace)
+    except Exception as exc:  # noqa: BLE001
+        a.problems.append(f"trace.json could not be written ({type(exc).__name__}: {exc})")
+        return None
 
 
 def _findings(a: Analysis) -> list[str]:
@@ -337,8 +352,10 @@ def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
     banner = render.banner(a)
     if len(a.problems) != len(a.metrics["problems"]):  # a figure failed: count it too
         a.metrics["findings"] = _findings(a)
+    trace_path = _write_trace(a, out / "trace.json")
     a.metrics["problems"] = a.problems
     a.metrics["plots"] = sorted(p.name for p in figs.values() if p)
+    a.metrics["trace"] = trace_path.name if trace_path else None
     metrics_path = out / "metrics.json"
     metrics_path.write_text(json.dumps(_jsonable(a.metrics), indent=2, default=str))
 

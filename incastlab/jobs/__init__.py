@@ -19,8 +19,8 @@ from incastlab.jobs.incast import IncastJob
 from incastlab.jobs.ps import PsJob
 from incastlab.jobs.ring import RingJob
 
-__all__ = ["JOBS", "Job", "Launch", "Roles", "Section", "Straggler", "job_for", "register",
-           "unregister"]
+__all__ = ["JOBS", "Job", "Launch", "Roles", "Section", "Straggler", "job_for",
+           "kind_of_mode", "register", "unregister"]
 
 JOBS: dict[str, Job] = {
     "ps": PsJob(),
@@ -50,6 +50,12 @@ def unregister(kind: str) -> None:
     JOBS.pop(kind)
     for listener in _listeners:
         listener()
+
+
+def kind_of_mode(mode: str | None) -> str | None:
+    """The job kind whose apps log ``mode`` in their start events (for a run directory
+    without spec.toml), or None."""
+    return next((kind for kind, job in JOBS.items() if mode in job.logged_modes), None)
 
 
 def job_for(kind: str) -> Job:

@@ -78,6 +78,7 @@ class Job:
     Fields: ClassVar[type]       # dataclass of its [workload] fields (spec_field)
     progress_event: ClassVar[str] = "iteration"   # the JSONL event one step logs
     host_count_fields: ClassVar[tuple[str, ...]] = ("workers",)  # fields roles() reads
+    logged_modes: ClassVar[tuple[str, ...]] = ()  # `mode` values its apps' start events log
 
     # -- spec ------------------------------------------------------------------------
     def roles(self, w) -> Roles:

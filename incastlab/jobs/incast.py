@@ -30,6 +30,7 @@ class IncastJob(Job):
     kind = "incast"
     summary = "incast benchmark: the receiver reads a block from every sender at once"
     host_count_fields = ("senders",)
+    logged_modes = ("incast",)
     Fields = IncastFields
     progress_event = "round"
 

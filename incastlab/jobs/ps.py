@@ -45,6 +45,7 @@ class PsJob(Job):
     kind = "ps"
     summary = "parameter server: workers push gradients to the PS and pull parameters"
     host_count_fields = ("workers", "shards")
+    logged_modes = ("sync", "async", "ssp", "backup")
     Fields = PsFields
 
     def roles(self, w) -> Roles:
@@ -123,24 +124,19 @@ class PsJob(Job):
 
     def plots(self, a) -> dict:
         t = a.tables
-        return {"staleness": lambda path: rep.plotting.staleness_hist(t["staleness"], path),
-                "loss": lambda path: rep.plotting.loss_curve(t["loss_curve"], a.t0, path)}
+        return {"staleness": lambda path: rep.plotting.staleness_hist(t["staleness"], path)}
 
     def sections(self, a, figs) -> list[Section]:
-        t = a.tables
-        if not (len(t["staleness"]) or len(t["loss_curve"])):
-            return [Section("Training: staleness and loss", *rep.render.none(
-                "no staleness or loss values in the worker logs"))]
-        disc = t["discarded"]
+        stale, disc = a.tables["staleness"], a.tables["discarded"]
+        mean = float(stale.mean()) if len(stale) else None
         disc_html = ("<h3>Late gradients discarded by the PS (backup workers)</h3>"
                      + rep.render.df_html(disc)) \
             if len(disc) and disc["discarded"].sum() else ""
-        stale = t["staleness"]
-        mean = float(stale.mean()) if len(stale) else None
-        return [Section("Training: staleness and loss",
-                        rep.render.img(figs.get("staleness"), "staleness")
-                        + (rep.render.none("no staleness values")[0] if not len(stale) else "")
-                        + rep.render.img(figs.get("loss"), "loss") + disc_html,
+        if not len(stale) and not disc_html:
+            return [Section("Parameter server: staleness", *rep.render.none(
+                "no staleness values in the worker logs"))]
+        return [Section("Parameter server: staleness and discarded gradients",
+                        rep.render.img(figs.get("staleness"), "staleness") + disc_html,
                         f"staleness mean {rep.render.fmt(mean)}\n"
                         + (f"\nDiscarded gradients:\n\n{rep.render.df_md(disc)}"
                            if disc_html else ""))]

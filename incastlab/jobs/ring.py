@@ -35,6 +35,7 @@ class RingFields(TrainingFields):
 class RingJob(Job):
     kind = "ring"
     summary = "ring all-reduce: every rank sends 2(N-1)/N of the model to its neighbour"
+    logged_modes = ("ring", "gloo")
     Fields = RingFields
 
     def roles(self, w) -> Roles:
