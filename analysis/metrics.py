@@ -56,11 +56,6 @@ INPUTS = {
     "fabric": "fabric.json",
 }
 
-# the job kind of each mode the apps log in their start events, for run directories
-# whose spec.toml names no kind
-MODE_KINDS = {"sync": "ps", "async": "ps", "ssp": "ps", "backup": "ps",
-              "ring": "ring", "gloo": "ring", "incast": "incast"}
-
 COUNT_UNITS = {"packets", "segments", "firings", "rounds", "episodes"}
 
 
@@ -360,13 +355,17 @@ def for_cli() -> list[Metric]:
 
 
 def run_kind(mode: str | None, spec: dict | None) -> str | None:
-    """The job kind of a run: the spec's `workload.kind` (what the runner ran), else,
-    for a run directory without one, what its workers' logged mode belongs to, else
-    None (unknown)."""
-    kind = ((spec or {}).get("workload") or {}).get("kind")
-    if isinstance(kind, str) and kind:
-        return kind
-    return MODE_KINDS.get(mode) if mode else None
+    """The job kind of a run, as analysis/jobcost.py finds the run's job: the kind whose
+    apps log `mode` in their start events (what ran), else the spec's `workload.kind`
+    (what was asked), else None (unknown)."""
+    try:
+        from incastlab.jobs import kind_of_mode
+    except ImportError:  # the analysis alone, without the orchestrator
+        kind_of_mode = None
+    kind = kind_of_mode(mode) if kind_of_mode and mode else None
+    if kind is None:
+        kind = ((spec or {}).get("workload") or {}).get("kind")
+    return kind if isinstance(kind, str) and kind else None
 
 
 def _number(v):

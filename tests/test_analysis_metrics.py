@@ -295,3 +295,11 @@ def test_conflicting_job_declarations_are_refused():
             metrics.all_metrics()
     finally:
         jobs.unregister("toyone")
+
+
+def test_run_kind_is_what_ran_else_what_was_asked():
+    # as analysis/jobcost.py picks the run's job: the logged mode's kind first
+    assert metrics.run_kind("gloo", {"workload": {"kind": "ps"}}) == "ring"
+    assert metrics.run_kind("sync", {}) == "ps"
+    assert metrics.run_kind(None, {"workload": {"kind": "incast"}}) == "incast"
+    assert metrics.run_kind("no-such-mode", {}) is None and metrics.run_kind(None, {}) is None
