@@ -53,8 +53,8 @@ def texts(a) -> list[str]:
 # --- formatting --------------------------------------------------------------------
 
 def _s(v) -> str:
-    """Seconds, 3 significant digits."""
-    return f"{v:.3g} s"
+    """A duration, 3 significant digits: seconds, or milliseconds below 0.1 s."""
+    return f"{v * 1000:.3g} ms" if v and abs(v) < 0.1 else f"{v:.3g} s"
 
 
 def _longer(d) -> str:
@@ -112,9 +112,12 @@ def worst_queue(a) -> Finding:
     if len(g):
         t_peak = float(g.loc[g["backlog_pkts"].astype(float).idxmax(), "t"]) - a.t0
         when = f" {_s(t_peak)} after the start"
-    size = f"{_plural(peak, 'packet')}" + (", its limit," if limit and peak >= limit
-                                          else f" of {_n(limit)}" if limit else "")
-    text = f"The worst queue was {where}: it first reached its peak of {size}{when}"
+    if limit and peak >= limit:
+        size = f"{_plural(peak, 'packet')} (its limit)"
+    else:
+        size = _plural(peak, "packet") + (f" of a {_n(limit)}-packet limit" if limit else "")
+    text = f"The worst queue was {where}: it first reached its peak, {size}" + (
+        f",{when}" if when else "")
     drops = float(top["drops"])
     if drops:
         first = g.loc[g["d_drops"] > 0, "t"] if len(g) and "d_drops" in g else pd.Series()
@@ -163,7 +166,11 @@ def losses(a) -> Finding:
         head = "No packet was lost in the network"
     else:
         head = f"The network lost {_plural(lost, 'packet')} (seen in the captures"
-        head += f"; tc counted {_plural(tc, 'queue drop')})" if tc is not None else ")"
+        if tc == 0:  # see reconcile.py's notes: a busy userspace datapath, tcpdump drops
+            head += "; no queue counted a drop, so they were lost where no counter looks"
+        elif tc is not None:
+            head += f"; tc counted {_plural(tc, 'queue drop')}"
+        head += ")"
     if not resent:
         return Finding("losses", head + " and TCP retransmitted nothing.")
     parts = []

@@ -33,8 +33,8 @@ def test_demo_run_sentences_carry_its_numbers(demo):
     # losses at 13, 51 and 300 ms (2 each): first at the 20 ms sample
     q = f["queue"]
     assert q.startswith("The worst queue was lf2-eth1 (lf2 → h3, the parameter server's link)")
-    assert "peak of 20 packets, its limit, 0.01 s after the start" in q
-    assert f"tc counted {truth['tc_drops']} drops there (the first by 0.02 s)" in q
+    assert "its peak, 20 packets (its limit), 10 ms after the start" in q
+    assert f"tc counted {truth['tc_drops']} drops there (the first by 20 ms)" in q
     assert (f"full in {truth['episodes']} episodes, {truth['incast_episodes']} of them incast "
             "(up to 2 senders at once)") in q
     assert f"the captures place {truth['losses']} lost packets there" in q
@@ -156,9 +156,9 @@ def test_cost_sentence_uses_the_attribution_when_there_is_one():
                "network_cost_pct": 100 * 0.05 / 2.4, "below_bound_iterations": 0}
     # communication 2.4 - 0.05 = 2.35 s = 1.02 x the bound
     assert fnd.cost(_analysis(cost=summary)).text == (
-        "An iteration took 2.4 s on average: 0.05 s of compute and 2.35 s of communication, "
-        "1.02× its bound of 2.3 s; the network cost 0.05 s (2.1 %) over the bound: RTO "
-        "stalls 0 s, loss recovery 0.03 s, unexplained 0.02 s.")
+        "An iteration took 2.4 s on average: 50 ms of compute and 2.35 s of communication, "
+        "1.02× its bound of 2.3 s; the network cost 50 ms (2.1 %) over the bound: RTO "
+        "stalls 0 s, loss recovery 30 ms, unexplained 20 ms.")
     summary.update(measured_s=1.0, compute_s=0.1, bound_s=1.0, transfer_at_bound_s=1.0,
                    loss_recovery_s=0, unexplained_s=-0.1, network_cost_s=-0.1,
                    network_cost_pct=-10.0, below_bound_iterations=10, schedule_s=0.2)
@@ -221,3 +221,27 @@ def test_a_bug_in_the_findings_costs_only_the_findings(tmp_path, monkeypatch):
     assert m["findings"] == []
     assert "findings could not be written (RuntimeError: injected)" in " ".join(m["problems"])
     assert m["headline"]["retransmissions"] == 4
+
+
+def test_losses_no_queue_counted_and_a_queue_below_its_limit():
+    """The numbers of a real CPU-saturated ring run: no queue full or dropping, yet the
+    captures saw packets lost."""
+    a = _analysis(reconciliation={"tc_drops": 0.0, "capture_losses": 141,
+                                  "capture_retrans": 145, "capture_recovery_retrans": 144,
+                                  "capture_rto": 0, "capture_rto_retrans": 0, "capture_tlp": 1,
+                                  "capture_drops": 0})
+    a.tables["queue_summary"] = pd.DataFrame([
+        {"iface": "lf2-eth4", "switch": "lf2", "peer": "sp2", "kind": "uplink", "drops": 0.0,
+         "max_backlog_pkts": 46.0, "limit_pkts": 100},
+        {"iface": "lf1-eth1", "switch": "lf1", "peer": "h1", "kind": "host-downlink",
+         "drops": 0.0, "max_backlog_pkts": 12.0, "limit_pkts": 100}])
+    a.tables["queues_d"] = pd.DataFrame({
+        "t": T0 + pd.Series([8.66, 8.67, 8.68, 9.0]), "iface": ["lf2-eth4"] * 3 + ["lf1-eth1"],
+        "backlog_pkts": [30, 46, 46, 12], "d_drops": [0, 0, 0, 0]})
+    assert fnd.worst_queue(a).text == (
+        "The worst queue was lf2-eth4 (lf2 → sp2): it first reached its peak, 46 packets of "
+        "a 100-packet limit, 8.67 s after the start, and no switch queue dropped a packet.")
+    assert fnd.losses(a).text == (
+        "The network lost 141 packets (seen in the captures; no queue counted a drop, so they "
+        "were lost where no counter looks), and TCP retransmitted 145 packets: 144 in "
+        "fast/SACK recovery, 1 tail-loss probe.")
