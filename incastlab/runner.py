@@ -30,6 +30,7 @@ from incastlab.preflight import run_preflight
 from incastlab.progress import Progress
 from incastlab.spec import Spec, validate
 from incastlab.topologies import naming
+from incastlab.topologies.fabricmap import FabricMap
 
 MIN_FREE_BYTES = 512 * 2**20     # refuse to start captures below this
 LOW_FREE_BYTES = 128 * 2**20     # stop captures when the disk gets this full
@@ -66,12 +67,6 @@ def policy_args(spec: Spec) -> list[str]:
     if "controller" in options:
         args += ["--controller", spec.routing.controller]
     return args
-
-
-def switch_ports(fabric_map: dict) -> list[str]:
-    """Every switch egress interface (the queues the sampler reads)."""
-    return sorted({lk[i] for lk in fabric_map["links"] for i in ("intf1", "intf2")
-                   if not lk[i].startswith("h")})
 
 
 def check_ready(spec: Spec, controller_port: int):
@@ -131,7 +126,7 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
                  capabilities=dataclasses.replace(caps, notices=list(caps.notices))
                  if caps else None)
     with fab:
-        fmap = json.loads((run_dir / "fabric.json").read_text())
+        fmap = FabricMap.load(run_dir / "fabric.json")
         manifest.update(datapath=fab.capabilities.datapath, netem=fab.capabilities.netem,
                         ovs=fab.capabilities.ovs_version, notices=fab.capabilities.notices,
                         congestion_control=spec.topology.congestion_control)
@@ -151,8 +146,7 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
                 captures = start_captures(fab, spec.capture_interfaces(), run_dir / "pcap",
                                           spec.capture.snaplen, spec.run.phase_timeout_s)
             job = job_for(spec.workload.kind)
-            ips = {h["name"]: h["ip"] for h in fmap["hosts"]}
-            launches = job.launches(spec, ips, str(run_dir / "workers"))
+            launches = job.launches(spec, fmap.ip_by_host(), str(run_dir / "workers"))
             placed = spec.placement()
             manifest.update(placement={"servers": list(placed.servers),
                                        "workers": list(placed.workers)},
@@ -197,9 +191,9 @@ def _set_rto_min(fab: Fabric, rto_min_ms: float) -> None:
             raise RunFailed("failed", f"could not set rto_min on {host.name}: {out.strip()}")
 
 
-def _start_sampler(fab: Fabric, fmap: dict, run_dir: Path, interval_ms: float):
+def _start_sampler(fab: Fabric, fmap: FabricMap, run_dir: Path, interval_ms: float):
     argv = [sys.executable, "-m", "incastlab.capture.queues", "--ifaces",
-            ",".join(switch_ports(fmap)), "--interval-ms", f"{interval_ms:g}",
+            ",".join(fmap.switch_egress_ifaces()), "--interval-ms", f"{interval_ms:g}",
             "--out", str(run_dir / "queues.csv")]
     # switch ports live in the root namespace, so the sampler runs there too
     proc = subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL)
