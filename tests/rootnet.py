@@ -1,13 +1,15 @@
 """Helpers for root tests on real fabrics (imported by tests/test_*_root.py)."""
 from __future__ import annotations
 
+import json
 import subprocess
+from pathlib import Path
 
 from incastlab import iperf
 from incastlab.apps.local import free_port
 
 __all__ = ["free_port", "iperf3_pair", "iperf3_result", "ovs_bridges", "relative_seq",
-           "overtaken_segments"]
+           "overtaken_segments", "run_complete"]
 
 iperf3_pair = iperf.pair
 iperf3_result = iperf.result
@@ -43,3 +45,18 @@ def overtaken_segments(segments) -> int:
             if not ((start[:i] <= start[i]) & (end[:i] > start[i])).any():
                 count += 1
     return count
+
+
+def run_complete(run_dir: Path, overrides: list[str]) -> dict:
+    """Run the spec of ``overrides`` (on the defaults) into ``run_dir`` through the real
+    runner, on a free controller port, and insist that it completed (the manifest's
+    reason otherwise). Returns the manifest."""
+    from incastlab.runner import check_ready, run_experiment
+    from incastlab.spec import load_spec
+
+    spec = load_spec(None, overrides)
+    port = free_port()
+    status = run_experiment(spec, run_dir, controller_port=port, caps=check_ready(spec, port))
+    manifest = json.loads((Path(run_dir) / "manifest.json").read_text())
+    assert status == "complete", manifest.get("reason")
+    return manifest

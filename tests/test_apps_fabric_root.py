@@ -8,9 +8,7 @@ import json
 
 import pytest
 
-from incastlab.runner import check_ready, run_experiment
-from incastlab.spec import load_spec
-from tests.rootnet import free_port
+from tests.rootnet import run_complete
 
 pytestmark = pytest.mark.root
 BASE = ["topology.spines=2", "topology.leaves=2", "topology.hosts_per_leaf=3",
@@ -19,12 +17,7 @@ BASE = ["topology.spines=2", "topology.leaves=2", "topology.hosts_per_leaf=3",
 
 
 def _run(tmp_path, *overrides):
-    spec = load_spec(None, BASE + list(overrides))
-    port = free_port()
-    caps = check_ready(spec, port)
-    status = run_experiment(spec, tmp_path, controller_port=port, caps=caps)
-    manifest = json.loads((tmp_path / "manifest.json").read_text())
-    assert status == "complete", manifest.get("reason")
+    manifest = run_complete(tmp_path, BASE + list(overrides))
     logs = {}
     for proc in manifest["processes"]:
         path = tmp_path / "workers" / f"{proc['rank']}.jsonl"
