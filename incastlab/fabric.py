@@ -294,7 +294,7 @@ class Fabric:
                         for intf in (link.intf1, link.intf2)
                         if isinstance(link.intf1.node, Switch)
                         and isinstance(link.intf2.node, Switch))
-        return StormWatch(ifaces, self.topo.spines)
+        return StormWatch(ifaces, self.topo.spines, storm_limit_pps(len(self.net.hosts)))
 
     def _not_ready_message(self, step: str, storm: StormWatch | None) -> str:
         where = ("the controller you run" if self.external
@@ -339,13 +339,22 @@ class Fabric:
         return proc
 
 
-STORM_PPS = 300.0
-"""Packets per second on the switch-to-switch links (all of them together) above which
-a fabric whose hosts are idle or only pinging is taken to be looping broadcasts. A
-readiness round sends one ping per host pair, i.e. with H hosts at most 2·H·(H−1)
-packets crossing at most 2 such links each per round of >= 1 s: 192 packets/s for 8
-hosts, the most a root test uses; a looping packet crosses a link per controller
-round trip (about a millisecond), i.e. about a thousand packets/s for each one."""
+STORM_PPS_FLOOR = 300.0
+
+
+def storm_limit_pps(hosts: int) -> float:
+    """Packets per second on the switch-to-switch links (all of them together) above
+    which a fabric whose hosts only ping is taken to be looping broadcasts.
+
+    What readiness sends: one ping per ordered host pair and round, 2 packets each,
+    each crossing at most 2 switch-to-switch links (leaf->spine, spine->leaf), ARP at
+    most as much again: 8·H·(H−1) packets a round, and a round that does not end the
+    wait lasts >= 1 s (ping's deadline). The limit is twice that, and never below
+    STORM_PPS_FLOOR. Measured here with a learning switch on 2 spines x 2 leaves x 2
+    hosts: 26 packets/s for a working 3-ping exchange on one spine, 2,500-4,000
+    packets/s of storm on two (each looping packet crosses a link per controller round
+    trip, about a millisecond)."""
+    return max(STORM_PPS_FLOOR, 16.0 * hosts * (hosts - 1))
 
 
 class StormWatch:
@@ -354,9 +363,9 @@ class StormWatch:
     ``check`` compares the links' transmit counters (/sys/class/net: the kernel's veth
     counters count what either OVS datapath sends) with the previous call's;
     ``check_quiet`` measures one more second with the hosts idle. Either raises
-    FabricError when the rate is above STORM_PPS."""
+    FabricError when the rate is above ``limit_pps`` (storm_limit_pps)."""
 
-    def __init__(self, ifaces: list[str], spines: int, limit_pps: float = STORM_PPS):
+    def __init__(self, ifaces: list[str], spines: int, limit_pps: float = STORM_PPS_FLOOR):
         self.ifaces = ifaces
         self.spines = spines
         self.limit_pps = limit_pps
