@@ -221,9 +221,16 @@ def test_compare_reads_the_declarations(tmp_path):
     # the meaning beside the numbers (pandas escapes the apostrophe its own way)
     assert "Incast benchmark: bytes the client received per round over the round" in page
     # the terminal's version: mean ± t(0.975, 2) * sd / sqrt(3) = 4.303 * 10 / 1.732 = 24.8
+    label = "  incast goodput (Mbit/s)"  # 25 characters; columns right-aligned after it
     assert compare_summary(out["table"]).splitlines() == [
         "comparison (mean ± 95 % CI half-width over repetitions; n = runs):",
-        "  incast goodput (Mbit/s): policy=ecmp: 20 ± 25 (n=3); policy=single: 5 (n=1)"]
+        "  [1] policy=ecmp (n=3)",
+        "  [2] policy=single (n=1)",
+        " " * 25 + "      [1]  [2]",
+        label + "  20 ± 25    5"]
+    # more groups than fit side by side: blocks of `per_block` columns
+    assert compare_summary(out["table"], per_block=1).splitlines()[3:] == [
+        " " * 25 + "      [1]", label + "  20 ± 25", " " * 25 + "  [2]", label + "    5"]
 
 
 def _toy_job(kind, declared):

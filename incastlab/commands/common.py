@@ -103,9 +103,10 @@ def short_summary(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def compare_summary(table_path: Path) -> str:
-    """The CLI metrics of a comparison (compare.csv): per metric, each group's mean and
-    95 % CI half-width over its repetitions."""
+def compare_summary(table_path: Path, per_block: int = 5) -> str:
+    """The CLI metrics of a comparison (compare.csv) for the terminal: a legend of the
+    groups, then a table of each group's mean ± 95 % CI half-width per metric (groups as
+    columns, `per_block` at a time)."""
     import math
 
     import pandas as pd
@@ -118,18 +119,27 @@ def compare_summary(table_path: Path) -> str:
         return ""
     if table.empty:
         return "comparison: no complete runs to compare"
+    groups = list(dict.fromkeys(table["group"]))
+    n = table.groupby("group")["n"].max()
     lines = ["comparison (mean ± 95 % CI half-width over repetitions; n = runs):"]
-    for m in for_cli():
-        rows = table[table["metric"] == m.name]
-        if rows.empty:
-            continue
-        cells = []
-        for r in rows.itertuples(index=False):
-            # means of counts are not whole numbers: 3 significant digits for all
-            noise = 1e-9 * max(1.0, abs(r.mean))  # equal values leave a CI of ~1e-16
-            ci = "" if math.isnan(r.ci95) else \
-                f" ± {significant(r.ci95, 2) if r.ci95 > noise else '0'}"
-            cells.append(f"{r.group}: {significant(r.mean)}{ci} (n={r.n})")
-        lines.append(f"  {m.label}" + (f" ({m.unit})" if m.unit else "") + ": "
-                     + "; ".join(cells))
+    lines += [f"  [{i}] {g} (n={n[g]})" for i, g in enumerate(groups, start=1)]
+    cell = {}
+    for r in table.itertuples(index=False):
+        noise = 1e-9 * max(1.0, abs(r.mean))  # equal values leave a CI of ~1e-16
+        ci = "" if math.isnan(r.ci95) else \
+            f" ± {significant(r.ci95, 2) if r.ci95 > noise else '0'}"
+        cell[(r.metric, r.group)] = f"{significant(r.mean)}{ci}"
+    rows = [(m.label + (f" ({m.unit})" if m.unit else ""), m.name) for m in for_cli()
+            if any((m.name, g) in cell for g in groups)]
+    width = max(len(label) for label, _ in rows) if rows else 0
+    for start in range(0, len(groups), per_block):
+        block = list(enumerate(groups, start=1))[start:start + per_block]
+        cols = [max([len(f"[{i}]")] + [len(cell.get((name, g), "n/a")) for _, name in rows])
+                for i, g in block]
+        lines.append("  " + " " * width + "".join(f"  {f'[{i}]':>{w}}" for (i, _), w
+                                                  in zip(block, cols, strict=True)))
+        for label, name in rows:
+            lines.append(f"  {label:<{width}}" + "".join(
+                f"  {cell.get((name, g), 'n/a'):>{w}}" for (_, g), w in zip(block, cols,
+                                                                           strict=True)))
     return "\n".join(lines)
