@@ -242,17 +242,26 @@ def cost(a) -> Finding:
     return Finding("cost", f"What the network cost the training is unknown: {why}.")
 
 
+def _step_noun(kind) -> str:
+    """What one attributed row of a job is: its progress event ('iteration', 'round')."""
+    try:
+        from incastlab.jobs import JOBS
+    except ImportError:  # the analysis alone, without the orchestrator
+        return "iteration"
+    job = JOBS.get(kind) if isinstance(kind, str) else None
+    return getattr(job, "progress_event", None) or "iteration"
+
+
 def _cost_sentence(c: dict) -> str:
     """From the attribution's run summary: where the mean iteration's time went."""
-    measured, compute = _num(c.get("measured_s")), _num(c.get("compute_s"))
-    bound = _num(c.get("bound_s"))
-    text = f"An iteration took {_s(measured)} on average"
-    if compute is not None:
-        comm = measured - compute
-        text += f": {_s(compute)} of compute and {_s(comm)} of communication"
-        ratio = _num(c.get("ratio")) or (comm / bound if bound else None)
-        if bound and ratio is not None:
-            text += f", {ratio:.3g}× its bound of {_s(bound)}"
+    measured, compute = _num(c.get("measured_s")), _num(c.get("compute_s")) or 0.0
+    bound, per = _num(c.get("bound_s")), _step_noun(c.get("kind"))
+    text = f"{'An' if per[0] in 'aeiou' else 'A'} {per} took {_s(measured)} on average"
+    comm = measured - compute
+    text += f": {_s(compute)} of compute and {_s(comm)} of communication," if compute else ","
+    ratio = _num(c.get("ratio")) or (comm / bound if bound else None)
+    if bound and ratio is not None:
+        text += f" {ratio:.3g}× {'its' if compute else 'the'} bound of {_s(bound)}"
     cost_s, pct = _num(c.get("network_cost_s")), _num(c.get("network_cost_pct"))
     if cost_s is not None:
         share = f" ({abs(pct):.2g} %)" if pct is not None else ""
@@ -272,7 +281,7 @@ def _cost_sentence(c: dict) -> str:
             text += f"; {what} {_s(c[key])}"
     nb, n = c.get("below_bound_iterations") or 0, c.get("iterations")
     if nb and cost_s is not None and cost_s >= BELOW_BOUND_S:
-        text += f" ({_n(nb)} of {_n(n)} iterations ran faster than the bound)"
+        text += f" ({_n(nb)} of {_n(n)} {per}s ran faster than the bound)"
     return text + "."
 
 

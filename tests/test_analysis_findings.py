@@ -245,3 +245,17 @@ def test_losses_no_queue_counted_and_a_queue_below_its_limit():
         "The network lost 141 packets (seen in the captures; no queue counted a drop, so they "
         "were lost where no counter looks), and TCP retransmitted 145 packets: 144 in "
         "fast/SACK recovery, 1 tail-loss probe.")
+
+
+def test_cost_sentence_of_the_incast_benchmark_speaks_of_rounds():
+    # 4 senders x 256 kB through a 20 Mbit/s port: 0.41 s at the bound; rounds took 0.5 s
+    a = _analysis(cost={"available": True, "kind": "incast", "iterations": 5,
+                        "measured_s": 0.5, "compute_s": 0.0, "bound_s": 0.41,
+                        "network_cost_s": 0.09, "network_cost_pct": 18.0, "rto_stall_s": 0.0,
+                        "loss_recovery_s": 0.05, "unexplained_s": 0.04,
+                        "below_bound_iterations": 1})
+    # 0.5 / 0.41 = 1.22
+    assert fnd.cost(a).text == (
+        "A round took 0.5 s on average, 1.22× the bound of 0.41 s; the network cost 90 ms "
+        "(18 %) over the bound: RTO stalls 0 s, loss recovery 50 ms, unexplained 40 ms "
+        "(1 of 5 rounds ran faster than the bound).")
