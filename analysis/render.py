@@ -137,7 +137,8 @@ def headline_section(a) -> tuple[str, str, str]:
         m = r.metric
         why = f" n/a: {r.reason}" if r.value is None and r.reason else ""
         rows.append(
-            f"<tr><th class='l'>{html.escape(m.label)}<br><code>{html.escape(m.name)}</code>"
+            f"<tr><th class='l'>{html.escape(m.label)}<br><code title='computed from "
+            f"{html.escape(m.input_files())}'>{html.escape(m.name)}</code>"
             f"</th><td class='v'>{html.escape(r.text)}</td><td class='l'>"
             f"{html.escape(m.unit)}</td><td class='l'>{html.escape(m.meaning)}"
             + (f"<br><span class='none'>{html.escape(why.strip())}</span>" if why else "")

@@ -113,9 +113,9 @@ def _headline_rows(page: str) -> dict[str, list[str]]:
     table = table[:table.index("</table>")]
     rows = {}
     for tr in re.findall(r"<tr><th class='l'>(.*?)</tr>", table):
-        if "<code>" not in tr:
+        if "<code" not in tr:
             continue  # the header row
-        label, key = re.match(r"(.*?)<br><code>(.*?)</code></th>", tr).groups()
+        label, key = re.match(r"(.*?)<br><code[^>]*>(.*?)</code></th>", tr).groups()
         cells = re.findall(r"<td class='[lv]'>(.*?)</td>", tr)
         rows[html.unescape(key)] = [html.unescape(label)] + [html.unescape(c) for c in cells]
     return rows
@@ -132,6 +132,8 @@ def test_report_shows_the_meaning_next_to_each_number(demo):
         m = metrics.by_name(key)
         assert (label, value, unit, meaning) == (m.label, m.text(head[key]), m.unit, m.meaning)
     assert rows["tc_drops"][1] == str(truth["tc_drops"])
+    # the inputs, on hovering the key
+    assert "<code title='computed from queues.csv'>tc_drops</code>" in paths["report"].read_text()
     assert rows["capture_losses"][1] == str(truth["losses"])
     assert rows["rtos"][1] == str(truth["rto_events"])
     assert rows["spine_max_mean"][1] == "3"
