@@ -38,6 +38,7 @@ from incastlab.topologies.links import QueuedLink, QueuedOVSSwitch
 
 DEFAULT_CONTROLLER_PORT = 6653
 LOCALHOST = "127.0.0.1"  # our controller listens here only
+EXTERNAL_CHECK_S = 2.0   # policy external: seconds between checks that switches stay connected
 ALLOWED_CC = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 
 
@@ -95,6 +96,8 @@ class Fabric:
         self._old_handlers: dict = {}
         self._stopped = False
         self._saved_allowed_cc: str | None = None
+        self._external_ready = False     # policy external: every switch was connected
+        self._next_external_check = 0.0  # time.monotonic() of the next OVSDB check
 
     # ----------------------------------------------------------------- lifecycle
     def __enter__(self) -> Fabric:
@@ -113,7 +116,9 @@ class Fabric:
     def start(self) -> None:
         if self.capabilities is None:
             self.capabilities = run_preflight(
-                controller_port=self.controller_port, need_netem=bool(self.topo.delay),
+                # policy external listens on nothing of ours: no port of ours to check
+                controller_port=None if self.external else self.controller_port,
+                need_netem=bool(self.topo.delay),
                 congestion_control=self.congestion_control, lock=self.lock)
         self.lock.acquire(str(self.run_dir) if self.run_dir else None)
         # Holding the lock, any other recorded fabric belongs to a run that died without
@@ -223,14 +228,34 @@ class Fabric:
                 raise FabricError(f"could not configure TCP on {host.name}: {out.strip()}")
 
     def controller_failed(self) -> str | None:
+        """Why the controller is gone, or None while it works. Ours: its process exited.
+        Policy external, once ready: a switch lost its connection (OVSDB, checked at
+        most every EXTERNAL_CHECK_S: each check runs ovs-vsctl twice)."""
+        if self.external:
+            return self._external_lost()
         if self.controller is None or self.controller.poll() is None:
-            return None  # running, or not ours (policy external)
+            return None
         tail = ""
         for name in ("controller.out", "controller.log"):
             path = self.run_dir / name
             if path.exists():
                 tail += path.read_text(errors="replace")[-1500:]
         return f"the controller exited with status {self.controller.returncode}:\n{tail}"
+
+    def _external_lost(self) -> str | None:
+        now = time.monotonic()
+        if not self._external_ready or now < self._next_external_check:
+            return None  # before readiness, _wait_ready names what did not connect
+        self._next_external_check = now + EXTERNAL_CHECK_S
+        try:
+            missing = self.unconnected_switches()
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return None  # OVSDB busy: ask again next time
+        if not missing:
+            return None
+        host, port = self.external
+        return (f"the controller at {host}:{port} (policy external) lost the switches "
+                f"{', '.join(missing)}")
 
     def _wait_ready(self, fmap: FabricMap) -> None:
         """Poll until every switch is connected (the controller's ready file; for policy
@@ -255,6 +280,7 @@ class Fabric:
                 if not missing:
                     if storm is not None:
                         storm.check_quiet()
+                    self._external_ready = self.external is not None
                     return
                 step = f"hosts reaching each other ({len(missing)} pairs fail, e.g. {missing[0]})"
             if time.monotonic() > deadline:

@@ -4,7 +4,8 @@
   imports, unmodified) routes a star and a one-spine leaf-spine: every host pair pings
   (Mininet's pingAll), and a whole run — PS job, captures, report — completes;
 - an os-ken controller the test starts itself on another 127.0.0.1 port serves a run
-  with policy external, and the run starts no controller of its own;
+  with policy external, and the run starts no controller of its own; one that is not
+  running is refused, and one that dies mid-run fails the run;
 - the same learning switch on two spines (loops) is stopped at bring-up with the
   message that says why, and nothing of the run is left behind.
 
@@ -156,7 +157,9 @@ class Witness(app_manager.OSKenApp):
 """
 
 
-def test_external_os_ken_controller_is_used(tmp_path):
+@pytest.fixture
+def external(tmp_path):
+    """The test's own os-ken controller on a free 127.0.0.1 port: (port, log, process)."""
     port = free_port()
     script = tmp_path / "external_controller.py"
     script.write_text(EXTERNAL_CONTROLLER)
@@ -164,27 +167,62 @@ def test_external_os_ken_controller_is_used(tmp_path):
     log = tmp_path / "external.log"
     ctl = subprocess.Popen([sys.executable, str(script), str(port), str(log), str(EXAMPLE)],
                            start_new_session=True, stdin=subprocess.DEVNULL)
-    run_dir = tmp_path / "run"
     try:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (log.exists() and "instantiating app"
-                                                   in log.read_text()):
+        while not (log.exists() and "instantiating app witness" in log.read_text()):
             assert ctl.poll() is None, "the external controller died"
+            assert time.monotonic() < deadline, "the external controller did not start"
             time.sleep(0.2)
-        out = _run(run_dir, *SMALL_JOB, "--set", "routing.policy=external",
-                   "--set", f'routing.controller="127.0.0.1:{port}"')
-        _assert_complete_with_report(run_dir, out)
+        yield port, log, ctl
     finally:
         if ctl.poll() is None:
             os.killpg(ctl.pid, signal.SIGKILL)
         ctl.wait()
-    # the switch (the star's lf1, dpid 0x...01 per naming) connected to the test's own
-    # controller, and the run started none: no controller.log, no ready file
+
+
+def test_external_os_ken_controller_is_used(tmp_path, external):
+    port, log, _ctl = external
+    run_dir = tmp_path / "run"
+    out = _run(run_dir, *SMALL_JOB, "--set", "routing.policy=external",
+               "--set", f'routing.controller="127.0.0.1:{port}"')
+    _assert_complete_with_report(run_dir, out)
+    # every switch connected to the test's own controller, and the run started none
     fabric = json.loads((run_dir / "fabric.json").read_text())
     for switch in fabric["switches"]:
         assert f"witness: switch {switch['dpid']:016x} connected" in log.read_text()
     assert not (run_dir / "controller.log").exists()
     assert not (run_dir / "controller_ready.json").exists()
+    _nothing_left(run_dir)
+
+
+def test_external_controller_lost_mid_run_fails_the_run(tmp_path, external):
+    _port, _log, ctl = external
+    run_dir = tmp_path / "run"
+    args = [*SMALL_JOB, "--set", "workload.iterations=200", "--set", "routing.policy=external",
+            "--set", f'routing.controller="127.0.0.1:{_port}"', "--no-report"]
+    proc = subprocess.Popen(INCASTLAB + ["run", str(SPEC), "--out", str(run_dir),
+                                         "--controller-port", str(free_port()), *args],
+                            cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        log1 = run_dir / "workers" / "1.jsonl"
+        while not (log1.exists() and '"event":"iteration"' in log1.read_text()):
+            assert proc.poll() is None, "the run ended before its workers iterated"
+            assert time.monotonic() < deadline, "workers did not start iterating"
+            time.sleep(0.5)
+        os.killpg(ctl.pid, signal.SIGKILL)  # the user's controller dies
+        ctl.wait()
+        # OVSDB's is_connected follows within seconds; the run checks every 2 s
+        assert proc.wait(timeout=60) != 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=60)
+    manifest = _manifest(run_dir)
+    assert manifest["status"] == "failed"
+    assert f"the controller at 127.0.0.1:{_port} (policy external) lost the switches lf1" \
+        in manifest["reason"]
     _nothing_left(run_dir)
 
 
