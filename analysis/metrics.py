@@ -178,6 +178,19 @@ def _incast_episodes(a):
     return int(e["incast"].sum()) if e is not None and len(e) else 0
 
 
+def _cost(key: str):
+    """A number from metrics.json's `cost` (analysis/jobcost.py), None where the run's
+    job has no cost available."""
+    def f(a):
+        c = a.metrics.get("cost") or {}
+        return c.get(key) if c.get("available") else None
+    return f
+
+
+def _cost_absent(a):
+    return (a.metrics.get("cost") or {}).get("reason") or "the job has no cost model"
+
+
 def _balance_note(a):
     return (a.metrics.get("balance") or {}).get("note") or \
         "no leaf-spine links or no byte counters on them"
@@ -269,6 +282,29 @@ HEADLINE: list[Metric] = [
     Metric("final_loss", "final training loss", "",
            "Training loss (cross-entropy) at the end, mean over workers.",
            _mean_col("finals", "loss"), ("workers",), "no final event in the logs", _ITER),
+    # What the network cost the job: every job with a cost model (analysis/jobcost.py)
+    Metric("bound_s", "bound of one iteration", "s",
+           "The least time one iteration's communication can take on this fabric, from "
+           "its bytes, link rates, placement and framing (analysis/costmodel.py).",
+           _cost("bound_s"), ("workers", "fabric"), _cost_absent, cli=True),
+    Metric("comm_over_bound", "communication over its bound", "ratio",
+           "(measured iteration time - compute) / the bound, mean over iterations: 1.0 = "
+           "the communication ran at the bound.",
+           _cost("ratio"), ("workers", "fabric"), _cost_absent, cli=True, plot=True),
+    Metric("network_cost_s", "network's cost over the bound", "s",
+           "Per iteration: measured - compute - bound - the job's own schedule - straggler "
+           "wait = RTO stalls + loss recovery + what stays unexplained.",
+           _cost("network_cost_s"), ("workers", "fabric"), _cost_absent, cli=True,
+           plot=True),
+    Metric("rto_stall_s", "RTO stall per iteration", "s",
+           "Per iteration: time a flow the iteration waited on sat silent until its "
+           "retransmission timer fired.",
+           _cost("rto_stall_s"), ("workers", "fabric", "pcap", "flows"), _cost_absent,
+           cli=True),
+    Metric("loss_recovery_s", "loss recovery per iteration", "s",
+           "Per iteration: further time above the bound while a flow it waited on was in "
+           "fast/SACK recovery (an upper limit: a recovering flow keeps sending).",
+           _cost("loss_recovery_s"), ("workers", "fabric", "pcap", "flows"), _cost_absent),
 ]
 
 _REGISTERED: list[Metric] = []

@@ -20,7 +20,10 @@ STABLE_KEYS = ["iteration_time_mean_s", "iteration_time_median_s", "iteration_ti
                "step_time_mean_s", "tc_drops", "capture_losses", "retransmissions",
                "kernel_retrans_segs", "rtos", "kernel_timeouts", "goodput_mbps",
                "rounds_with_rto", "throughput_mbps", "incast_episodes", "spine_max_mean",
-               "staleness_mean", "final_accuracy", "final_loss"]
+               "staleness_mean", "final_accuracy", "final_loss",
+               # what the network cost the job (analysis/jobcost.py)
+               "bound_s", "comm_over_bound", "network_cost_s", "rto_stall_s",
+               "loss_recovery_s"]
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +44,11 @@ def test_declarations_are_complete_and_keys_stable():
     # what compare and the CLI showed before the list was declared once
     assert {m.name for m in metrics.plotted()} == {
         "iteration_time_mean_s", "goodput_mbps", "throughput_mbps", "retransmissions",
-        "rtos", "tc_drops"}
+        "rtos", "tc_drops", "comm_over_bound", "network_cost_s"}
     assert [m.name for m in metrics.for_cli()] == [
         "iteration_time_mean_s", "tc_drops", "capture_losses", "retransmissions", "rtos",
-        "goodput_mbps", "final_accuracy"]
+        "goodput_mbps", "final_accuracy", "bound_s", "comm_over_bound", "network_cost_s",
+        "rto_stall_s"]
 
 
 def test_formatting():
@@ -92,8 +96,12 @@ def test_reasons_in_metrics_json(demo, tmp_path):
     m = json.loads(paths["metrics"].read_text())
     assert list(m["headline"]) == STABLE_KEYS and m["run"]["kind"] == "ps"
     # a PS run measures everything but the incast benchmark's two numbers
+    # (the synthetic run records no placement, so its job has no bound to measure against)
+    no_bound = ("no bound: the run lacks its placement or fabric.json (or the job has no "
+                "cost model)")
     assert m["headline_na"] == {"goodput_mbps": "not measured in ps runs",
-                                "rounds_with_rto": "not measured in ps runs"}
+                                "rounds_with_rto": "not measured in ps runs",
+                                **{k: no_bound for k in STABLE_KEYS[-5:]}}
     bare = make_run_dir(tmp_path / "bare", status="aborted")
     b = json.loads(build_report(bare, plots=False)["metrics"].read_text())
     assert all(v is None for v in b["headline"].values())
@@ -130,6 +138,8 @@ def test_report_shows_the_meaning_next_to_each_number(demo):
     head = json.loads(paths["metrics"].read_text())["headline"]
     for key, (label, value, unit, meaning) in rows.items():
         m = metrics.by_name(key)
+        # (an n/a row adds its reason under the meaning: test_na_rows_say_why)
+        meaning = re.sub(r"<br><span class='none'>n/a: .*</span>$", "", meaning)
         assert (label, value, unit, meaning) == (m.label, m.text(head[key]), m.unit, m.meaning)
     assert rows["tc_drops"][1] == str(truth["tc_drops"])
     # the inputs, on hovering the key
