@@ -126,6 +126,14 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
         problems.append("The CPU was saturated during the workload "
                         f"({cpu.get('rule', '')}): the emulation may have dropped or "
                         "delayed packets no counter shows; treat these numbers with care.")
+    sampler = manifest.get("queue_sampler") if isinstance(manifest.get("queue_sampler"),
+                                                          dict) else {}
+    if sampler.get("bad_samples"):
+        problems.append(f"The queue sampler skipped {sampler['bad_samples']} of "
+                        f"{sampler.get('samples')} samples whose tc output did not parse "
+                        f"({sampler.get('first_bad_sample')}); queue counters are "
+                        "cumulative, so drops are still counted, but backlog peaks there "
+                        "are unseen.")
     lossy = manifest.get("capture_lossy") or []
     if lossy:
         problems.append(f"tcpdump dropped packets on {', '.join(map(str, lossy))}: losses "

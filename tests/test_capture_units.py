@@ -70,3 +70,29 @@ def test_second_lock_holder_is_refused_with_the_first_named(tmp_path):
     lock.acquire("/runs/third")
     lock.release()
     assert os.path.exists(path)
+
+
+def test_queue_sampler_survives_a_malformed_tc_sample(tmp_path, monkeypatch):
+    """A tc output that is not JSON (seen once in a demo run) is skipped and counted;
+    the sampler goes on and queues.csv keeps the good samples."""
+    import json as _json
+
+    from incastlab.capture import queues
+
+    good = _json.dumps([{"dev": "lf1-eth1", "handle": "10:", "backlog": 0, "qlen": 3,
+                         "drops": 1, "bytes": 10, "packets": 1}])
+    counter = tmp_path / "n"
+    fake = tmp_path / "bin" / "tc"
+    fake.parent.mkdir()
+    # every third call prints broken JSON
+    fake.write_text("#!/bin/sh\nn=$(cat %s 2>/dev/null || echo 0); n=$((n+1)); "
+                    "echo $n > %s\nif [ $((n %% 3)) -eq 0 ]; then echo '[{\"dev\" \"x\"}]'; "
+                    "else echo '%s'; fi\n" % (counter, counter, good))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    out = tmp_path / "queues.csv"
+    stats = queues.sample_forever({"lf1-eth1"}, 0.01, str(out), duration_s=0.3)
+    rows = out.read_text().splitlines()[1:]
+    assert stats["bad_samples"] >= 1 and "Expecting" in stats["first_bad_sample"]
+    assert len(rows) == stats["samples"] - stats["bad_samples"] >= 2
+    assert _json.loads((tmp_path / "queues.csv.meta.json").read_text()) == stats

@@ -54,6 +54,7 @@ def sample_forever(ifaces: set[str], interval_s: float, out_path: str,
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     gaps, last, n = [], None, 0
+    bad, first_bad = 0, None
     started = time.monotonic()
     next_at = started
     with open(out_path, "w", newline="") as f:
@@ -66,7 +67,15 @@ def sample_forever(ifaces: set[str], interval_s: float, out_path: str,
             t = time.time()
             out = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True,
                                  text=True, check=False).stdout
-            writer.writerows(parse_tc_json(out, ifaces, t))
+            try:
+                writer.writerows(parse_tc_json(out, ifaces, t))
+            except ValueError as exc:
+                # tc's JSON of all qdiscs was seen malformed once in a demo run (while
+                # qdiscs changed); one bad sample must not end the sampler and truncate
+                # queues.csv: skip it, count it, and keep the first for the manifest
+                bad += 1
+                if first_bad is None:
+                    first_bad = f"{exc} in {out[:300]!r}"
             n += 1
             if last is not None:
                 gaps.append(now - last)
@@ -83,7 +92,8 @@ def sample_forever(ifaces: set[str], interval_s: float, out_path: str,
     stats = {"samples": n, "target_interval_ms": interval_s * 1e3,
              "mean_interval_ms": (sum(gaps) / len(gaps) * 1e3) if gaps else None,
              "p99_interval_ms": gaps[int(0.99 * (len(gaps) - 1))] * 1e3 if gaps else None,
-             "max_interval_ms": gaps[-1] * 1e3 if gaps else None}
+             "max_interval_ms": gaps[-1] * 1e3 if gaps else None,
+             "bad_samples": bad, "first_bad_sample": first_bad}
     with open(out_path + ".meta.json", "w") as f:
         json.dump(stats, f)
     return stats
