@@ -1,5 +1,13 @@
-"""Compare runs: group by what differs between their spec.toml files, then mean and 95 %
-confidence interval (Student t) of headline metrics over the repetitions in a group.
+"""Compare runs: group by what differs between their spec.toml files, then each group's
+headline metrics over its repetitions.
+
+With three or more runs in a group a metric gets its mean and 95 % confidence interval
+(Student t); with fewer, each run's value is shown as it is (two points say nothing
+about an interval: t(0.975, 1) = 12.7 turns any spread into a bar across the axis).
+Intervals of quantities that cannot be negative (counts, rates, fractions) stop at 0.
+Every run is listed with a link to its report; the same run given twice is refused.
+A "can these be compared?" box flags what differs between groups besides the spec:
+routing balance, CPU saturation, capture drops, code version and machine.
 
 Keys that differ between repetitions of the same point by construction or are only
 limits (`run.seed`, `run.name`, `run.out_dir`, `run.repetitions`, `run.description`,
@@ -11,13 +19,15 @@ from __future__ import annotations
 import html
 import json
 import math
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from . import metrics, plots
-from .render import CSS, _df_html, _img
+from .render import CSS, _img
 from .report import _jsonable, analyse
 
 # bookkeeping and limits, not experiment factors
@@ -54,6 +64,87 @@ def mean_ci(values) -> dict:
     sd = float(v.std(ddof=1)) if n > 1 else np.nan
     return {"n": n, "mean": float(v.mean()), "sd": sd,
             "ci95": t975(n - 1) * sd / math.sqrt(n) if n > 1 else np.nan}
+
+
+MIN_N_FOR_CI = 3  # fewer runs in a group: show each run's value, no interval
+# units of quantities that cannot be negative: their intervals stop at 0
+NONNEG_UNITS = set(metrics.COUNT_UNITS) | {"Mbit/s", "fraction", "bytes", "versions"}
+
+
+class DuplicateRunError(ValueError):
+    """The same run was given twice (it would count as two repetitions)."""
+
+
+def _finite(values) -> list[float]:
+    out = []
+    for x in values:
+        if x is None or isinstance(x, bool):
+            continue
+        try:
+            f = float(x)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(f):
+            out.append(f)
+    return out
+
+
+def group_stats(values, nonneg: bool = False) -> dict:
+    """One group's numbers for one metric: n, mean, sd, ci95 (half-width of the 95 %
+    t-interval; NaN when n < MIN_N_FOR_CI), lo and hi (the interval's ends, lo clipped at
+    0 when `nonneg`; NaN when n < MIN_N_FOR_CI) and `values` (each run's value, in order).
+    """
+    vals = _finite(values)
+    s = mean_ci(vals)
+    if s["n"] < MIN_N_FOR_CI:
+        return {**s, "ci95": np.nan, "lo": np.nan, "hi": np.nan, "values": vals}
+    lo, hi = s["mean"] - s["ci95"], s["mean"] + s["ci95"]
+    return {**s, "lo": max(0.0, lo) if nonneg else lo, "hi": hi, "values": vals}
+
+
+def cell_text(stats: dict, fmt=None) -> str:
+    """A group's value for a table cell: 'mean ± ci' (n >= 3), 'mean [lo, hi]' when the
+    interval was clipped at 0, each run's value when n < 3 ('3, 5'), 'n/a' when none.
+    A CI that is rounding noise of equal values (1e-16) shows as 0."""
+    fmt = fmt or (lambda v: f"{v:.4g}")
+    n = stats.get("n", 0)
+    if not n:
+        return "n/a"
+    if n < MIN_N_FOR_CI or not math.isfinite(stats.get("ci95", np.nan)):
+        return ", ".join(fmt(v) for v in stats.get("values") or [stats["mean"]])
+    mean, ci, lo = stats["mean"], stats["ci95"], stats["lo"]
+    if ci <= 1e-9 * max(1.0, abs(mean)):
+        return f"{fmt(mean)} ± 0"
+    if lo > mean - ci + 1e-12 * max(1.0, abs(mean)):  # clipped at 0
+        return f"{fmt(mean)} [{fmt(lo)}, {fmt(stats['hi'])}]"
+    return f"{fmt(mean)} ± {ci:.2g}"
+
+
+def check_distinct(run_dirs) -> None:
+    """Refuse the same run given twice: by its resolved path, or a copy of it (the same
+    manifest start time, host and pid, and the same spec.toml). Raises DuplicateRunError
+    naming both."""
+    seen: dict = {}
+    for rd in run_dirs:
+        path = Path(rd).resolve()
+        ident = [("path", str(path))]
+        try:
+            man = json.loads((path / "manifest.json").read_text())
+        except (OSError, ValueError):
+            man = {}
+        if isinstance(man, dict) and man.get("start") is not None:
+            try:  # a copy also has the same spec; two real runs never share a start
+                spec = (path / "spec.toml").read_text()
+            except OSError:
+                spec = None
+            ident.append(("run", (man.get("start"), man.get("host"), man.get("pid"), spec)))
+        for key in ident:
+            if key in seen:
+                raise DuplicateRunError(
+                    f"{rd} is the same run as {seen[key]}"
+                    + (" (a copy: same manifest start, host, pid and spec)" if key[0] == "run"
+                       else "") + "; a run counted twice would fake a repetition")
+            seen[key] = rd
 
 
 def flatten(d: dict, prefix: str = "") -> dict:
@@ -114,12 +205,151 @@ def sweep_axis(runs: list[dict], keys: list[str]) -> str | None:
     return None
 
 
+# ---- can these be compared? ---------------------------------------------------------
+
+BALANCE_RATIO = 1.2  # spine max/mean medians further apart than this: routing differed
+
+
+@dataclass(frozen=True)
+class Confound:
+    """One check of the "can these be compared?" box. `differs`: True when the runs
+    differ in it (a confound), False when they agree, None when it was not recorded."""
+    check: str
+    differs: bool | None
+    text: str
+
+
+def _by_group(runs, value) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for r in runs:
+        out.setdefault(r["group"], []).append(value(r))
+    return out
+
+
+def _manifest(r) -> dict:
+    m = r.get("manifest")
+    return m if isinstance(m, dict) else {}
+
+
+def _versions(r) -> dict:
+    v = _manifest(r).get("versions")
+    return v if isinstance(v, dict) else {}
+
+
+def _balance_check(runs) -> Confound:
+    groups = {g: _finite(v) for g, v in _by_group(
+        runs, lambda r: (r.get("headline") or {}).get("spine_max_mean")).items()}
+    measured = {g: v for g, v in groups.items() if v}
+    if not measured:
+        return Confound("routing balance", None, "no run measured its spine balance "
+                        "(spine_max_mean: no fabric.json or no leaf-spine links)")
+    detail = "; ".join(f"{g}: " + ", ".join(f"{x:.2f}" for x in v)
+                       for g, v in measured.items())
+    medians = {g: float(np.median(v)) for g, v in measured.items()}
+    between = max(medians.values()) / max(min(medians.values()), 1e-9)
+    within = [g for g, v in measured.items() if max(v) / max(min(v), 1e-9) > BALANCE_RATIO]
+    notes = []
+    if len(measured) > 1 and between > BALANCE_RATIO:
+        notes.append(f"the groups' medians differ by a factor {between:.2f}: the routing put "
+                     "their flows on the spines differently, so the comparison also compares "
+                     "balanced with unbalanced routing")
+    if within:
+        notes.append(f"runs within {', '.join(within)} differ by more than "
+                     f"{BALANCE_RATIO:g}x: the spread there is partly routing luck")
+    return Confound("routing balance", bool(notes),
+                    f"spine max/mean bytes (1.0 = even; 2 = all on one spine) per run: "
+                    f"{detail}" + (". " + "; ".join(notes) + "." if notes else
+                                   f". Within a factor {BALANCE_RATIO:g}."))
+
+
+def _count_check(name, runs, per_run, what) -> Confound:
+    """A yes/no per run (None: not recorded): flagged when any run says yes."""
+    groups = _by_group(runs, per_run)
+    known = {g: [x for x in v if x is not None] for g, v in groups.items()}
+    if not any(known.values()):
+        return Confound(name, None, f"not recorded in the manifests ({what})")
+    parts = [f"{g}: {sum(map(bool, v))} of {len(v)} runs" for g, v in known.items()]
+    hit = any(any(v) for v in known.values())
+    return Confound(name, hit, f"{what}: " + "; ".join(parts) + "."
+                    + (" Those runs' numbers are not trustworthy." if hit else ""))
+
+
+def _cpu_saturated(r):
+    cpu = _manifest(r).get("cpu")
+    return bool(cpu.get("saturated")) if isinstance(cpu, dict) and "saturated" in cpu \
+        else None
+
+
+def _capture_dropped(r):
+    man = _manifest(r)
+    drops = man.get("capture_drops")
+    if man.get("capture_lossy"):
+        return True
+    if not isinstance(drops, dict):
+        return False if "capture_lossy" in man else None
+    return any(isinstance(d, dict) and any((d.get(k) or 0) > 0 for k in
+                                           ("dropped_by_kernel", "dropped_by_interface"))
+               for d in drops.values())
+
+
+def _same_check(name, runs, per_run, what) -> Confound:
+    """Flagged when the runs do not all share one value (None: not recorded)."""
+    groups = _by_group(runs, per_run)
+    values = {v for vs in groups.values() for v in vs if v is not None}
+    if not values:
+        return Confound(name, None, f"not recorded in the manifests ({what})")
+    if len(values) == 1:
+        return Confound(name, False, f"every run: {next(iter(values))}")
+    return Confound(name, True, f"{what} differ: " + "; ".join(
+        f"{g}: " + ", ".join(sorted({str(v) for v in vs})) for g, vs in groups.items()))
+
+
+def confounds(runs: list[dict]) -> list[Confound]:
+    """The "can these be compared?" checks over runs (dicts with 'group', 'headline' from
+    metrics.json and 'manifest'): routing balance (headline spine_max_mean), CPU
+    saturation (manifest cpu.saturated), capture drops (capture_lossy / capture_drops),
+    code version (versions.incastlab and versions.git) and machine (host, kernel, cores,
+    datapath, Open vSwitch)."""
+    return [
+        _balance_check(runs),
+        _count_check("CPU saturation", runs, _cpu_saturated,
+                     "runs whose CPU was saturated (the emulation may have lost or delayed "
+                     "packets no counter shows)"),
+        _count_check("capture drops", runs, _capture_dropped,
+                     "runs whose tcpdump dropped packets (capture losses overstated)"),
+        _same_check("code version", runs, lambda r: (
+            f"incastlab {_versions(r).get('incastlab')} git {_versions(r).get('git')}"
+            if _versions(r) else None), "code versions"),
+        _same_check("machine", runs, lambda r: (
+            f"{_manifest(r).get('host')}, kernel {_versions(r).get('kernel')}, "
+            f"{(_manifest(r).get('cpu') or {}).get('cores')} cores, datapath "
+            f"{_manifest(r).get('datapath')}, OVS {_versions(r).get('openvswitch')}"
+            if _manifest(r) else None), "machines"),
+    ]
+
+
+def confounds_html(checks: list[Confound]) -> str:
+    """The box: one row per check, a differing one marked."""
+    bad = [c for c in checks if c.differs]
+    head = ("These groups differ only in their spec." if not bad else
+            f"Careful: {len(bad)} thing(s) besides the spec differ — "
+            + ", ".join(c.check for c in bad) + ".")
+    rows = "".join(
+        f"<tr class='{'bad' if c.differs else 'ok' if c.differs is False else 'unk'}'>"
+        f"<th class='l'>{html.escape(c.check)}</th><td class='l'>"
+        f"{'⚠ differs' if c.differs else '✓ same' if c.differs is False else '? not recorded'}"
+        f"</td><td class='l'>{html.escape(c.text)}</td></tr>" for c in checks)
+    return (f"<div class='confounds' id='confounds'><h2>Can these be compared?</h2>"
+            f"<p><b>{html.escape(head)}</b></p><table class='tbl'>{rows}</table></div>")
+
+
 def _line_table(table, runs, keys, x_key, metric) -> pd.DataFrame:
     """Rows of `table` for one metric with x (the sweep axis value) and series (the other
     differing keys) columns."""
+    cols = ["x", "series", "mean", "ci95", "lo", "hi", "n", "values"]
     t = table[table["metric"] == metric]
     if t.empty:
-        return pd.DataFrame(columns=["x", "series", "mean", "ci95", "n"])
+        return pd.DataFrame(columns=cols)
     others = [k for k in keys if k != x_key]
     info = {}
     for r in runs:
@@ -127,27 +357,24 @@ def _line_table(table, runs, keys, x_key, metric) -> pd.DataFrame:
         info[r["group"]] = (flat.get(x_key), group_label(r["spec"], others) if others else "")
     return pd.DataFrame({"x": [info[g][0] for g in t["group"]],
                          "series": [info[g][1] for g in t["group"]],
-                         "mean": t["mean"].to_numpy(), "ci95": t["ci95"].to_numpy(),
-                         "n": t["n"].to_numpy()})
-
-
-def _mean_text(mean: float, ci: float) -> str:
-    """'20 ± 25'; a CI that is rounding noise of equal values (1e-16) shows as 0."""
-    if math.isnan(ci):
-        return f"{mean:.4g}"
-    return f"{mean:.4g} ± {0.0 if ci <= 1e-9 * max(1.0, abs(mean)) else ci:.2g}"
+                         **{c: t[c].to_numpy() for c in cols[2:]}})
 
 
 def headline_table(table: pd.DataFrame, declared: list) -> str:
     """The comparison's headline table: a row per declared metric any group measured
-    (label, metrics.json key, unit, mean ± CI per group, meaning)."""
+    (label, metrics.json key, unit, each group's value, meaning). A group's value is
+    'mean ± CI' with three or more runs, else each run's value (cell_text)."""
     if table.empty:
         return "<p class='none'>(no complete runs with headline numbers)</p>"
     groups = list(dict.fromkeys(table["group"]))
-    cell = {(r.metric, r.group): _mean_text(r.mean, r.ci95)
-            for r in table.itertuples(index=False)}
+    n = table.groupby("group")["n"].max()
+    by_name = {m.name: m for m in declared}
+    cell = {(r["metric"], r["group"]): cell_text(r, by_name[r["metric"]].text
+                                                 if r["metric"] in by_name else None)
+            for r in table.to_dict(orient="records")}
     head = ("<tr><th class='l'>metric (metrics.json key)</th><th class='l'>unit</th>"
-            + "".join(f"<th>{html.escape(str(g))}</th>" for g in groups)
+            + "".join(f"<th>{html.escape(str(g))}<br><span class='none'>n = {n[g]}</span>"
+                      "</th>" for g in groups)
             + "<th class='l'>what it means</th></tr>")
     rows = []
     for m in declared:
@@ -158,23 +385,69 @@ def headline_table(table: pd.DataFrame, declared: list) -> str:
                     + "".join(f"<td class='v'>{html.escape(cell.get((m.name, g), 'n/a'))}</td>"
                               for g in groups)
                     + f"<td class='l'>{html.escape(m.meaning)}</td></tr>")
-    return f"<table class='tbl head'>{head}{''.join(rows)}</table>"
+    return f"<div class='wide'><table class='tbl head'>{head}{''.join(rows)}</table></div>"
 
 
-def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
-    """Compare several run directories; write compare.html, compare.csv, compare.json and
-    plots/compare_*.png into `out_dir`.
+def _run_link(run_dir: Path, out: Path) -> str | None:
+    """The run's report.html relative to the comparison's directory (None: not built)."""
+    rep = Path(run_dir) / "report.html"
+    return os.path.relpath(rep.resolve(), out.resolve()) if rep.exists() else None
 
-    Returns {'report': Path, 'table': Path, 'metrics': Path, 'plots': [Path]}. The table
-    (long format) has group, metric, unit, n, mean, sd, ci95 (half-width of the 95 % CI).
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+
+def runs_html(runs: list[dict], declared: list, out: Path) -> str:
+    """Every run: its name linked to its report, group, status and its CLI metrics
+    (the full table is runs.csv beside compare.html)."""
+    shown = [m for m in declared if m.cli and any(
+        (r["headline"] or {}).get(m.name) is not None for r in runs)]
+    head = ("<tr><th class='l'>run</th><th class='l'>group</th><th class='l'>status</th>"
+            + "".join(f"<th>{html.escape(m.label)}"
+                      + (f" ({html.escape(m.unit)})" if m.unit else "") + "</th>"
+                      for m in shown) + "</tr>")
+    rows = []
+    for r in runs:
+        link = _run_link(Path(r["dir"]), out)
+        name = html.escape(r["name"])
+        name = f"<a href='{html.escape(link)}'>{name}</a>" if link else \
+            f"{name} <span class='none'>(no report.html)</span>"
+        status = r["status"] + (f": {r['reason']}" if r["reason"] else "")
+        rows.append(f"<tr><td class='l'>{name}</td><td class='l'>{html.escape(r['group'])}"
+                    f"</td><td class='l'>{html.escape(status)}</td>"
+                    + "".join(f"<td>{html.escape(m.text((r['headline'] or {}).get(m.name)))}"
+                              "</td>" for m in shown) + "</tr>")
+    return (f"<div class='wide'><table class='tbl'>{head}{''.join(rows)}</table></div>"
+            "<p>Every headline number of every run: <a href='runs.csv'>runs.csv</a>; each "
+            "group's statistics: <a href='compare.csv'>compare.csv</a>.</p>")
+
+
+def _all_zero(table: pd.DataFrame, metric: str) -> bool:
+    vals = [v for vs in table.loc[table["metric"] == metric, "values"] for v in vs]
+    return bool(vals) and all(v == 0 for v in vals)
+
+
+def _load_runs(run_dirs) -> list[dict]:
     runs = []
     for rd in run_dirs:
         a = analyse(rd)
         runs.append({"dir": str(rd), "name": Path(rd).name, "status": a.status,
-                     "reason": a.reason, "spec": a.spec, "headline": a.metrics["headline"]})
+                     "reason": a.reason, "spec": a.spec, "manifest": a.manifest,
+                     "headline": a.metrics["headline"], "analysis": a})
+    return runs
+
+
+def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
+    """Compare several run directories; write compare.html, compare.csv, runs.csv,
+    compare.json and plots/compare_*.png into `out_dir`.
+
+    Returns {'report': Path, 'table': Path, 'metrics': Path, 'plots': [Path],
+    'confounds': [Confound]}. The table (long format) has group, metric, unit, n, mean,
+    sd, ci95 (half-width of the 95 % CI; empty when n < 3), lo, hi (the interval, lo
+    clipped at 0 for quantities that cannot be negative) and values (each run's value,
+    ';'-separated). Raises DuplicateRunError when a run is given twice.
+    """
+    check_distinct(run_dirs)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = _load_runs(run_dirs)
     keys = differing_keys([r["spec"] for r in runs])
     for r in runs:
         r["group"] = group_label(r["spec"], keys)
@@ -185,16 +458,28 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
     for group in dict.fromkeys(r["group"] for r in used):
         members = [r for r in used if r["group"] == group]
         for m in declared:
-            stats = mean_ci(r["headline"].get(m.name) for r in members)
+            stats = group_stats((r["headline"].get(m.name) for r in members),
+                                nonneg=m.unit in NONNEG_UNITS)
             if stats["n"]:
                 rows.append({"group": group, "metric": m.name, "unit": m.unit, **stats})
-    table = pd.DataFrame(rows, columns=["group", "metric", "unit", "n", "mean", "sd", "ci95"])
+    cols = ["group", "metric", "unit", "n", "mean", "sd", "ci95", "lo", "hi", "values"]
+    table = pd.DataFrame(rows, columns=cols)
     table_path = out / "compare.csv"
-    table.to_csv(table_path, index=False)
-    figs = []
+    table.assign(values=[";".join(f"{v:g}" for v in vs) for vs in table["values"]]
+                 ).to_csv(table_path, index=False)
+    pd.DataFrame([{"run": r["name"], "dir": r["dir"], "group": r["group"],
+                   "status": r["status"], "reason": r["reason"],
+                   **{m.name: r["headline"].get(m.name) for m in declared}} for r in runs]
+                 ).to_csv(out / "runs.csv", index=False)
+    figs, not_drawn = [], []
     x_key = sweep_axis(used, keys)
     for metric in (m.name for m in metrics.plotted() if m.compare):
         unit = units[metric]
+        if table.empty or not (table["metric"] == metric).any():
+            continue
+        if _all_zero(table, metric):  # a plot of nothing but zeros says less than this
+            not_drawn.append(f"{metric}: 0 in every run")
+            continue
         if x_key:  # e.g. goodput vs senders, one line per value of the other factors
             lines = _line_table(table, used, keys, x_key, metric)
             p = plots.compare_lines(lines, x_key.rsplit(".", 1)[-1], metric,
@@ -205,9 +490,7 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
         p = plots.compare_bars(table, metric, out / "plots" / f"compare_{metric}.png", unit)
         if p:
             figs.append(p)
-    runs_df = pd.DataFrame([{"run": r["name"], "group": r["group"], "status": r["status"],
-                             "reason": r["reason"], **{m.name: r["headline"].get(m.name)
-                                                       for m in declared}} for r in runs])
+    checks = confounds(used)
     left_out = [r for r in runs if r not in used]
     body = [f"<h1>Comparison of {len(runs)} runs</h1>"]
     if left_out:
@@ -216,14 +499,20 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
             + ", ".join(f"{r['name']} ({r['status']}{': ' + r['reason'] if r['reason'] else ''})"
                         for r in left_out)) + "</div>")
     body.append("<p>Groups differ in: " + (html.escape(", ".join(keys)) or "nothing (all "
-                "runs share one spec apart from seeds)") + ". Means with 95 % confidence "
-                "intervals (Student t over repetitions; n = runs in the group).</p>")
-    body.append("<h2>Headline metrics (mean ± 95 % CI half-width)</h2>"
-                + headline_table(table, declared))
-    body += [_img(p, p.stem) for p in figs]
-    body.append("<h2>Runs</h2>" + _df_html(runs_df, 500))
+                "runs share one spec apart from seeds)") + f". With {MIN_N_FOR_CI} or more "
+                "runs in a group: mean ± half-width of the 95 % confidence interval (Student "
+                "t; [low, high] where the interval stops at 0); with fewer, each run's value."
+                "</p>")
+    body.append(confounds_html(checks))
+    body.append("<h2>Headline metrics</h2>" + headline_table(table, declared))
+    body.append("<h2>Plots</h2>" + "".join(_img(p, p.stem) for p in figs))
+    if not_drawn:
+        body.append("<p class='none'>Not drawn: " + html.escape("; ".join(not_drawn))
+                    + ".</p>")
+    body.append("<h2>Runs</h2>" + runs_html(runs, declared, out))
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>incastlab comparison"
-            f"</title><style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+            f"</title><style>{CSS}{COMPARE_CSS}</style></head><body>{''.join(body)}"
+            "</body></html>")
     report = out / "compare.html"
     report.write_text(page)
     mpath = out / "compare.json"
@@ -231,5 +520,13 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
         "groups_differ_in": keys, "runs": [{k: r[k] for k in ("dir", "group", "status",
                                                               "reason", "headline")}
                                            for r in runs],
+        "confounds": [{"check": c.check, "differs": c.differs, "text": c.text}
+                      for c in checks],
         "table": table.to_dict(orient="records")}), indent=2, default=str))
-    return {"report": report, "table": table_path, "metrics": mpath, "plots": figs}
+    return {"report": report, "table": table_path, "metrics": mpath, "plots": figs,
+            "confounds": checks}
+
+
+COMPARE_CSS = """.confounds{background:#f7f7f2;border-left:4px solid #888;padding:.3em 1em;
+margin:1em 0}.confounds tr.bad td,.confounds tr.bad th{background:#fff3cd}
+.confounds tr.ok td:nth-child(2){color:#2a7a2a}.confounds h2{margin:.3em 0}"""

@@ -81,3 +81,147 @@ def test_sweep_axis_gets_a_line_plot(tmp_path):
     g = table[table["metric"] == "goodput_mbps"].set_index("group")
     assert g.loc["rto_min_ms=200,senders=8", "mean"] == pytest.approx(2.5 + 0.15)
     assert g.loc["rto_min_ms=200,senders=8", "n"] == 2
+
+
+# ---- few runs, counts, duplicates, links, confounds (issue 14) ------------------------
+
+from incastlab.analysis.compare import (  # noqa: E402
+    MIN_N_FOR_CI, DuplicateRunError, cell_text, confounds, group_stats)
+
+
+def _queues(drops):
+    """Two samples of one leaf port; `drops` cumulative at the second."""
+    return [{"t": T0 + k, "switch": "lf1", "port": 1, "iface": "lf1-eth1", "backlog_bytes": 0,
+             "backlog_pkts": 0, "drops": drops * k, "overlimits": 0, "sent_bytes": 1000 * k,
+             "sent_pkts": k, "requeues": 0} for k in (0, 1)]
+
+
+def test_fewer_than_three_runs_get_no_interval():
+    one, two = group_stats([7.0]), group_stats([3.0, 5.0])
+    assert MIN_N_FOR_CI == 3
+    assert (one["n"], one["mean"], one["values"]) == (1, 7.0, [7.0])
+    assert math.isnan(one["ci95"]) and math.isnan(one["lo"])
+    # n = 2: t(0.975, 1) = 12.7 would give 4 ± 12.7; each value is shown instead
+    assert two["n"] == 2 and two["mean"] == 4.0 and math.isnan(two["ci95"])
+    assert cell_text(one) == "7" and cell_text(two) == "3, 5"
+    three = group_stats([1.0, 2.0, 3.0])
+    assert three["ci95"] == pytest.approx(4.303 / math.sqrt(3), rel=1e-3)
+    assert three["lo"] == pytest.approx(2 - three["ci95"])  # signed: not clipped
+    assert cell_text(three) == "2 ± 2.5"
+
+
+def test_count_intervals_stop_at_zero():
+    # retransmissions 0, 0, 100: mean 33.3, sd 57.7, CI half-width 4.303*57.7/1.732 = 143
+    s = group_stats([0, 0, 100], nonneg=True)
+    assert s["ci95"] == pytest.approx(143.4, abs=0.1)
+    assert s["lo"] == 0.0 and s["hi"] == pytest.approx(33.33 + 143.4, abs=0.1)
+    assert cell_text(s, lambda v: f"{v:,.0f}") == "33 [0, 177]"
+    assert group_stats([0, 0, 100])["lo"] < 0  # the same numbers as a signed quantity
+    assert cell_text(group_stats([4, 4, 4], nonneg=True)) == "4 ± 0"
+    assert group_stats([None, float("nan")])["n"] == 0
+    assert cell_text(group_stats([])) == "n/a"
+
+
+def test_compare_with_one_two_and_three_runs(tmp_path):
+    runs = [_incast_run(tmp_path / "a1", "ecmp", 1, [10, 10]),
+            _incast_run(tmp_path / "b1", "single", 1, [4, 4]),
+            _incast_run(tmp_path / "b2", "single", 2, [8, 8]),
+            _incast_run(tmp_path / "c1", "spread", 1, [1, 1]),
+            _incast_run(tmp_path / "c2", "spread", 2, [2, 2]),
+            _incast_run(tmp_path / "c3", "spread", 3, [3, 3])]
+    out = compare_runs(runs, tmp_path / "cmp")
+    t = pd.read_csv(out["table"])
+    g = t[t["metric"] == "goodput_mbps"].set_index("group")
+    assert g.loc["policy=ecmp", "n"] == 1 and math.isnan(g.loc["policy=ecmp", "ci95"])
+    assert math.isnan(g.loc["policy=single", "ci95"]) and g.loc["policy=single", "values"] == "4;8"
+    assert g.loc["policy=spread", "ci95"] == pytest.approx(4.303 / math.sqrt(3), rel=1e-3)
+    assert g.loc["policy=spread", "lo"] == 0  # 2 - 2.48 < 0: goodput cannot be negative
+    page = out["report"].read_text()
+    assert ">4, 8<" in page and ">10<" in page and "2 [0, 4.48]" in page
+    assert "n = 2" in page and "Can these be compared?" in page
+    # every run linked to its report (relative to compare.html); none built here
+    assert "(no report.html)" in page
+    (tmp_path / "a1" / "report.html").write_text("x")
+    page = compare_runs(runs, tmp_path / "cmp")["report"].read_text()
+    assert "<a href='../a1/report.html'>a1</a>" in page
+    assert (tmp_path / "cmp" / "runs.csv").exists() and "href='runs.csv'" in page
+
+
+def test_all_zero_metrics_are_not_drawn(tmp_path):
+    runs = [make_run_dir(tmp_path / f"r{i}", workers={0: [
+        {"event": "start", "role": "client", "rank": 0, "mode": "incast", "t": T0},
+        {"event": "round", "round": 0, "t_start": T0, "t_end": T0 + 0.5, "senders": 4,
+         "block_bytes": 1000, "bytes": 4000, "goodput_mbps": 5.0 + i}]},
+        spec_text=f'[workload]\nkind = "incast"\nsenders = {2 + i}\n', t0=T0,
+        queues=_queues(0)) for i in range(2)]
+    out = compare_runs(runs, tmp_path / "cmp")
+    names = {p.name for p in out["plots"]}
+    assert "compare_tc_drops.png" not in names and "compare_goodput_mbps.png" in names
+    assert "tc_drops: 0 in every run" in out["report"].read_text()
+    # one run with a drop: drawn
+    runs.append(make_run_dir(tmp_path / "r9", workers={0: [
+        {"event": "start", "role": "client", "rank": 0, "mode": "incast", "t": T0}]},
+        spec_text='[workload]\nkind = "incast"\nsenders = 9\n', t0=T0, queues=_queues(3)))
+    assert "compare_tc_drops.png" in {p.name for p in compare_runs(
+        runs, tmp_path / "cmp2")["plots"]}
+
+
+def test_the_same_run_twice_is_refused(tmp_path):
+    import shutil
+
+    a = _incast_run(tmp_path / "a", "ecmp", 1, [10])
+    b = _incast_run(tmp_path / "b", "ecmp", 2, [12])
+    with pytest.raises(DuplicateRunError, match="same run"):
+        compare_runs([a, b, tmp_path / "x" / ".." / "a"], tmp_path / "cmp")
+    shutil.copytree(a, tmp_path / "a-copy")
+    with pytest.raises(DuplicateRunError, match="a copy"):
+        compare_runs([a, b, tmp_path / "a-copy"], tmp_path / "cmp")
+    (tmp_path / "x").mkdir()
+    assert compare_runs([a, b], tmp_path / "cmp")["report"].exists()  # distinct: fine
+
+
+def _run(group, balance=None, saturated=False, lossy=(), git="abc", host="vm"):
+    return {"group": group, "headline": {"spine_max_mean": balance},
+            "manifest": {"host": host, "datapath": "user", "capture_lossy": list(lossy),
+                         "cpu": {"saturated": saturated, "cores": 2},
+                         "versions": {"incastlab": "0.1.0", "git": git, "kernel": "6.1",
+                                      "openvswitch": "3.1.0"}}}
+
+
+def _flags(runs):
+    return {c.check: c for c in confounds(runs)}
+
+
+def test_confound_flags_stay_quiet_for_like_runs():
+    f = _flags([_run("kind=ps", 1.05), _run("kind=ps", 1.1), _run("kind=ring", 1.0)])
+    assert [c.differs for c in f.values()] == [False] * 5
+    assert "every run: incastlab 0.1.0 git abc" in f["code version"].text
+
+
+def test_confound_flags_routing_balance():
+    # the issue's demo: PS on one spine (2.09, 2.0), ring spread (1.04, 1.04)
+    f = _flags([_run("kind=ps", 2.09), _run("kind=ps", 2.0), _run("kind=ring", 1.04),
+                _run("kind=ring", 1.04)])["routing balance"]
+    assert f.differs and "factor 1.97" in f.text and "kind=ps: 2.09, 2.00" in f.text
+    # equal medians, but one group mixes a balanced and an unbalanced run
+    f = _flags([_run("a", 1.0), _run("a", 2.0), _run("b", 1.5)])["routing balance"]
+    assert f.differs and "within a" in f.text and "factor" not in f.text
+    assert _flags([_run("a"), _run("b")])["routing balance"].differs is None
+
+
+def test_confound_flags_cpu_captures_code_machine():
+    f = _flags([_run("a", saturated=True), _run("b")])
+    assert f["CPU saturation"].differs and "a: 1 of 1 runs; b: 0 of 1 runs" in \
+        f["CPU saturation"].text
+    f = _flags([_run("a", lossy=["h1-eth0"]), _run("b")])
+    assert f["capture drops"].differs and not f["CPU saturation"].differs
+    f = _flags([_run("a", git="abc"), _run("b", git="def-dirty")])
+    assert f["code version"].differs and "def-dirty" in f["code version"].text
+    f = _flags([_run("a", host="vm"), _run("b", host="laptop")])
+    assert f["machine"].differs and not f["code version"].differs
+    # capture drops counted by tcpdump (capture_drops), not only capture_lossy
+    r = _run("a")
+    r["manifest"]["capture_drops"] = {"h1-eth0": {"dropped_by_kernel": 3}}
+    assert _flags([r, _run("b")])["capture drops"].differs
+    none = _flags([{"group": "a", "headline": {}, "manifest": {}}])
+    assert all(c.differs is None for c in none.values())

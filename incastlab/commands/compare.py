@@ -20,13 +20,20 @@ def run(args) -> int:
         print(f"incastlab compare: not run directories (no manifest.json): "
               f"{', '.join(missing)}", file=sys.stderr)
         return 2
-    from incastlab.analysis.compare import compare_runs
+    from incastlab.analysis.compare import DuplicateRunError, compare_runs
 
-    out = compare_runs(dirs, Path(args.out))
+    try:
+        out = compare_runs(dirs, Path(args.out))
+    except DuplicateRunError as exc:
+        print(f"incastlab compare: {exc}", file=sys.stderr)
+        return 2
     from incastlab.commands.common import compare_summary
 
     summary = compare_summary(out["table"]) if not args.quiet else ""
     if summary:
         print(summary)
+    for c in out["confounds"]:  # what besides the spec differs between the groups
+        if c.differs:
+            print(f"  careful, {c.check} differs: {c.text}")
     print(f"comparison report: {out['report']}")
     return 0
