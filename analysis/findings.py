@@ -340,3 +340,60 @@ def trust(a) -> list[Finding]:
         out.append(Finding("counters", f"The captures' retransmissions ({_n(cap)}) and the "
                                        f"kernels' TcpRetransSegs ({_n(ker)}) {verdict}."))
     return out
+
+
+# --- across runs: what the difference between groups is made of -------------------------
+
+COST_PARTS = ("compute_s", "transfer_at_bound_s", "schedule_s", "straggler_wait_s",
+              "network_cost_s")
+_PART_WORDS = {"compute_s": "compute", "transfer_at_bound_s": "the bound",
+               "schedule_s": "the job's own schedule", "straggler_wait_s": "straggler waits",
+               "network_cost_s": "the network over the bound"}
+
+
+def group_costs(runs: list[dict]) -> dict[str, dict]:
+    """{group: mean over its runs of metrics.json's cost parts (s)} for runs given as
+    compare.json lists them ({"dir", "group"}); runs without a cost are left out."""
+    import json
+    from pathlib import Path
+
+    sums: dict[str, dict] = {}
+    for r in runs:
+        try:
+            c = json.loads((Path(r["dir"]) / "metrics.json").read_text()).get("cost") or {}
+        except (OSError, ValueError, KeyError):
+            continue
+        if not c.get("available"):
+            continue
+        acc = sums.setdefault(r["group"], {"n": 0, **{k: 0.0 for k in
+                                                      ("measured_s", "rto_stall_s",
+                                                       *COST_PARTS)}})
+        acc["n"] += 1
+        for k in ("measured_s", "rto_stall_s", *COST_PARTS):
+            acc[k] += float(c.get(k) or 0.0)
+    return {g: {k: (v / acc["n"] if k != "n" else v) for k, v in acc.items()}
+            for g, acc in sums.items()}
+
+
+def compare_cost(runs: list[dict]) -> list[str]:
+    """Sentences for a comparison: per group, what an iteration is made of; for two
+    groups, what their difference is made of (e.g. what a PS's incast cost against a
+    ring)."""
+    costs = group_costs(runs)
+    out = []
+    for g, c in costs.items():
+        out.append(f"{g}: an iteration took {_s(c['measured_s'])} = {_s(c['compute_s'])} "
+                   f"compute + {_s(c['transfer_at_bound_s'])} at the bound + "
+                   f"{_s(c['schedule_s'])} the job's own schedule + "
+                   f"{_s(c['straggler_wait_s'])} waiting for stragglers + "
+                   f"{_s(c['network_cost_s'])} the network's cost over the bound "
+                   f"(RTO stalls {_s(c['rto_stall_s'])}); mean of {_n(c['n'])} run(s).")
+    if len(costs) == 2:
+        (ga, a), (gb, b) = sorted(costs.items(), key=lambda kv: -kv[1]["measured_s"])
+        diff = a["measured_s"] - b["measured_s"]
+        parts = sorted(((a[k] - b[k], k) for k in COST_PARTS), key=lambda x: -abs(x[0]))
+        made = ", ".join(f"{_PART_WORDS[k]} {'+' if d >= 0 else '−'}{_s(abs(d))}"
+                         for d, k in parts if abs(d) >= 5e-4)
+        out.append(f"{ga} took {_s(diff)} longer per iteration than {gb}"
+                   + (f": {made}." if made else "."))
+    return out

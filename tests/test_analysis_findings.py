@@ -259,3 +259,36 @@ def test_cost_sentence_of_the_incast_benchmark_speaks_of_rounds():
         "A round took 0.5 s on average, 1.22× the bound of 0.41 s; the network cost 90 ms "
         "(18 %) over the bound: RTO stalls 0 s, loss recovery 50 ms, unexplained 40 ms "
         "(1 of 5 rounds ran faster than the bound).")
+
+
+def test_a_comparison_says_what_the_difference_is_made_of(tmp_path):
+    """Two groups' cost parts (metrics.json's cost, as analysis/jobcost.py writes it) give
+    one sentence each and one for the difference, largest part first."""
+    from incastlab.analysis.findings import compare_cost
+
+    def run(name, group, **parts):
+        d = tmp_path / name
+        d.mkdir()
+        cost = {"available": True, "measured_s": sum(parts.values()), "rto_stall_s": 0.0,
+                **parts}
+        (d / "metrics.json").write_text(json.dumps({"cost": cost}))
+        return {"dir": str(d), "group": group}
+
+    ps = dict(compute_s=0.003, transfer_at_bound_s=1.67, schedule_s=0.78,
+              straggler_wait_s=0.0, network_cost_s=0.002)
+    ring = dict(compute_s=0.007, transfer_at_bound_s=0.57, schedule_s=0.0,
+                straggler_wait_s=0.0, network_cost_s=0.04)
+    runs = [run("a", "kind=ps", **ps), run("b", "kind=ring", **ring),
+            run("c", "kind=ring", **{**ring, "network_cost_s": 0.06})]
+    (tmp_path / "d").mkdir()   # a run without metrics.json is left out
+    runs.append({"dir": str(tmp_path / "d"), "group": "kind=ring"})
+    out = compare_cost(runs)
+    assert out[0] == ("kind=ps: an iteration took 2.45 s = 3 ms compute + 1.67 s at the "
+                      "bound + 0.78 s the job's own schedule + 0 s waiting for stragglers + "
+                      "2 ms the network's cost over the bound (RTO stalls 0 s); mean of 1 "
+                      "run(s).")
+    assert "mean of 2 run(s)" in out[1] and "+ 50 ms the network's cost" in out[1]
+    # 2.455 - 0.627 = 1.828 s: the bound +1.1 s, the schedule +0.78 s, network -48 ms
+    assert out[2] == ("kind=ps took 1.83 s longer per iteration than kind=ring: the bound "
+                      "+1.1 s, the job's own schedule +0.78 s, the network over the bound "
+                      "−48 ms, compute −4 ms.")

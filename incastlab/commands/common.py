@@ -142,4 +142,22 @@ def compare_summary(table_path: Path, per_block: int = 5) -> str:
             lines.append(f"  {label:<{width}}" + "".join(
                 f"  {cell.get((name, g), 'n/a'):>{w}}" for (_, g), w in zip(block, cols,
                                                                            strict=True)))
+    import textwrap
+
+    lines += [textwrap.fill(t, 100, initial_indent="  - ", subsequent_indent="    ")
+              for t in _compare_cost(Path(table_path).with_name("compare.json"))]
     return "\n".join(lines)
+
+
+def _compare_cost(compare_json: Path) -> list[str]:
+    """What each group's iteration is made of, and what the difference between two
+    groups is made of (analysis.findings.compare_cost), from compare.json's runs."""
+    import json
+
+    from incastlab.analysis.findings import compare_cost
+
+    try:
+        runs = json.loads(compare_json.read_text()).get("runs") or []
+    except (OSError, ValueError):
+        return []
+    return compare_cost(runs)
