@@ -86,9 +86,31 @@ def incast_commands(hosts: list[Endpoint], out: str, port: int, options: dict[st
     return argvs
 
 
+
+def _one_rank_per_host(module: str, hosts: list[Endpoint], out: str, port: int,
+                       options: dict[str, Any], python: str) -> list[list[str]]:
+    rest = option_args(options)
+    return [[python, "-m", module, "--rank", str(rank), "--world-size", str(len(hosts)),
+             "--master", f"{hosts[0].addr}:{port}", *_iface(host), "--out", str(out), *rest]
+            for rank, host in enumerate(hosts)]
+
+
+def pipeline_commands(hosts: list[Endpoint], out: str, port: int, options: dict[str, Any],
+                      python: str = sys.executable) -> list[list[str]]:
+    """One argv per host: rank i is pipeline stage i (hosts[0] holds the first layers)."""
+    return _one_rank_per_host("incastlab.apps.pipeline", hosts, out, port, options, python)
+
+
+def tensor_commands(hosts: list[Endpoint], out: str, port: int, options: dict[str, Any],
+                    python: str = sys.executable) -> list[list[str]]:
+    """One argv per host: rank i holds slice i of every tensor-parallel layer."""
+    return _one_rank_per_host("incastlab.apps.tensor", hosts, out, port, options, python)
+
 Builder = Callable[..., list[list[str]]]
 WORKLOADS: dict[str, Builder] = {
     "ps": ps_commands,
     "ring": ring_commands,
     "incast": incast_commands,
+    "pipeline": pipeline_commands,
+    "tensor": tensor_commands,
 }
