@@ -25,6 +25,10 @@ What is in it (pids are numbered from 1; docs/run-directory.md has the same list
   A child is clipped to its parent's span (the logged pieces are measured separately
   and can overhang by microseconds). Parameter servers' `update` events are instant
   events ("ph": "i") "update" on thread 1.
+- spans: every `span` event an app logs (name, cat, t, dur_s and any other fields as
+  args) is a complete event on thread 3 "spans" of its rank's process: a pipeline
+  stage's forward/backward of each micro-batch, a tensor-parallel block's all-reduce.
+  Apps log them in their own terms; nothing here knows their kinds.
 - RTOs: one instant event "RTO" per RTO firing (retrans rows with `event` and `kind`
   'rto') on thread 2 "TCP" of the sending host's first rank process (a host with no
   rank gets a process of its own, "h5 (host)"; an address not in `host_ips` one named
@@ -51,7 +55,8 @@ from . import training
 from .pcap import ip_to_str
 from .queues import queue_deltas
 
-ITER_TID, TCP_TID = 1, 2
+ITER_TID, TCP_TID, SPAN_TID = 1, 2, 3
+SPAN_FIELDS = ("event", "file", "name", "cat", "t", "dur_s")  # not repeated in args
 
 
 def _num(x) -> float | None:
@@ -265,6 +270,18 @@ def build_trace(workers: pd.DataFrame, queues: pd.DataFrame | None = None,
             if pid and t_s is not None and t_e is not None:
                 tr.span(pid, ITER_TID, f"serve round {int(r.round)}", "comm", t_s, t_e - t_s,
                         {"round": r.round, "bytes": getattr(r, "bytes", None)})
+        span_rows = workers[ev == "span"].dropna(axis=1, how="all")
+        named = set()
+        for r in span_rows.to_dict("records"):
+            pid = pid_of_file.get(str(r.get("file")))
+            t_s, dur = _num(r.get("t")), _num(r.get("dur_s"))
+            if pid and t_s is not None and dur is not None:
+                if pid not in named:
+                    tr.name_thread(pid, SPAN_TID, "spans")
+                    named.add(pid)
+                tr.span(pid, SPAN_TID, str(r.get("name")), str(r.get("cat") or "span"),
+                        t_s, dur, {k: v for k, v in r.items() if k not in SPAN_FIELDS
+                                   and not (isinstance(v, float) and math.isnan(v))})
         for r in workers[ev == "update"].itertuples(index=False):
             pid = pid_of_file.get(str(r.file))
             if pid:

@@ -16,8 +16,10 @@ from collections.abc import Callable
 
 from incastlab.jobs.base import Job, Launch, Roles, Section, Straggler
 from incastlab.jobs.incast import IncastJob
+from incastlab.jobs.pipeline import PipelineJob
 from incastlab.jobs.ps import PsJob
 from incastlab.jobs.ring import RingJob
+from incastlab.jobs.tensor import TensorJob
 
 __all__ = ["JOBS", "Job", "Launch", "Roles", "Section", "Straggler", "job_for",
            "kind_of_mode", "register", "unregister"]
@@ -26,6 +28,8 @@ JOBS: dict[str, Job] = {
     "ps": PsJob(),
     "ring": RingJob(),
     "incast": IncastJob(),
+    "pipeline": PipelineJob(),
+    "tensor": TensorJob(),
 }
 
 # Called after the registry changes (the spec rebuilds its [workload] table).
