@@ -1,6 +1,7 @@
-"""The README's main job: a small leaf–spine fabric under ECMP, the same training job
-once with a synchronous parameter server and once with ring all-reduce, then the
-comparison report (specs/demo.toml; about three minutes on 2 cores)."""
+"""The README's main job: a small leaf–spine fabric, the same training job once with a
+synchronous parameter server and once with ring all-reduce, then the comparison report
+(specs/demo.toml; about three minutes on 2 cores). Routing is held fixed (policy
+single) so that both jobs see the same spine balance: the comparison is PS vs ring."""
 from __future__ import annotations
 
 import sys
@@ -8,7 +9,7 @@ from pathlib import Path
 
 from incastlab.commands import common, sweep
 
-HELP = "the default experiment: sync PS vs ring all-reduce under ECMP, with a report"
+HELP = "the default experiment: sync PS vs ring all-reduce on one routing, with a report"
 DEMO_SPEC = Path(__file__).resolve().parents[2] / "specs" / "demo.toml"
 
 
