@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -42,10 +43,14 @@ MIN_SLICE_BYTES = 16 * 1024
 
 
 def ring_allreduce(tensor: torch.Tensor, rank: int, world: int, timeout: float,
-                   slices: int = DEFAULT_SLICES) -> tuple[int, int]:
+                   slices: int = DEFAULT_SLICES, group: Sequence[int] | None = None,
+                   tag_base: int = 0) -> tuple[int, int]:
     """Sum `tensor` (1-D, contiguous) in place across the ring; return (bytes sent, recv).
 
     Uses the default process group; every send/receive waits at most `timeout` seconds.
+    `group` (global ranks in ring order, `rank` among them) runs the ring over those ranks
+    only (the hierarchical all-reduce's leaf leaders); default: all `world` ranks. Tags
+    are `tag_base` + item, so rings of different phases never match each other's messages.
 
     Pipelined, as NCCL does it: every chunk is cut into `slices` slices (fewer if that
     would make them shorter than MIN_SLICE_BYTES) and each slice travels on its own, so
@@ -64,6 +69,8 @@ def ring_allreduce(tensor: torch.Tensor, rank: int, world: int, timeout: float,
     in slices) and each element's sum is formed in the same ring order, once, then
     copied, so every rank ends with bit-identical results.
     """
+    members = list(group) if group is not None else list(range(world))
+    me, world = members.index(rank), len(members)
     if world == 1:
         return 0, 0
     if slices < 1:
@@ -73,7 +80,8 @@ def ring_allreduce(tensor: torch.Tensor, rank: int, world: int, timeout: float,
     smallest = min(c.numel() for c in chunks) * esize
     per = max(1, min(slices, smallest // MIN_SLICE_BYTES))
     parts = [list(torch.tensor_split(c, per)) for c in chunks]
-    right, left = (rank + 1) % world, (rank - 1) % world
+    right, left = members[(me + 1) % world], members[(me - 1) % world]
+    rank = me  # below, chunk arithmetic uses the position in the ring
     steps = 2 * (world - 1)  # world-1 reduce-scatter steps, then world-1 all-gather steps
     total = steps * per  # items: item i = step s, slice j with i = s * per + j
     window = 2 * per  # receives posted ahead
@@ -101,14 +109,14 @@ def ring_allreduce(tensor: torch.Tensor, rank: int, world: int, timeout: float,
                 if send is not None:
                     common.wait(send[0], timeout, send[1])
         what = f"{describe(s, j)}: receive from rank {left}"
-        receives[i] = (dist.irecv(target, src=left, tag=i), target, what)
+        receives[i] = (dist.irecv(target, src=left, tag=tag_base + i), target, what)
 
     def post_send(i: int) -> None:
         nonlocal sent
         s, j = divmod(i, per)
         c = (rank - s) % world
         what = f"{describe(s, j)}: send to rank {right}"
-        work = dist.isend(parts[c][j], dst=right, tag=i)
+        work = dist.isend(parts[c][j], dst=right, tag=tag_base + i)
         sending[(c, j)] = i
         sends[i] = (work, what)
         sent += parts[c][j].numel() * esize
@@ -139,6 +147,272 @@ def gloo_allreduce(tensor: torch.Tensor, timeout: float) -> None:
     common.wait(work, timeout, "gloo all_reduce")
 
 
+# --- the other all-reduce algorithms ------------------------------------------------------
+# Each sums `tensor` (1-D, contiguous) in place over the default process group and returns
+# (bytes sent, bytes received) of this rank, exactly. Each element's sum is formed once, on
+# one rank, in an order fixed by the schedule, and copied from there, so every rank ends
+# bit-identical (and equal to gloo's all_reduce wherever float addition is exact).
+# Receives are posted before the sends they answer: gloo's send waits until its receiver
+# has posted (see ring_allreduce), so a late receive costs a round trip per message.
+
+TREE_SLICES = 32  # a tree pipelines its gradient in up to this many slices (>= MIN_SLICE_BYTES)
+
+
+def _post(recvs: list, src: int, numel: int, dtype: torch.dtype, tag: int, what: str) -> None:
+    buf = torch.empty(numel, dtype=dtype)
+    recvs.append((dist.irecv(buf, src=src, tag=tag), buf, what))
+
+
+def halving_doubling_allreduce(tensor: torch.Tensor, rank: int, world: int,
+                               timeout: float) -> tuple[int, int]:
+    """Recursive halving (reduce-scatter) then recursive doubling (all-gather), for any N.
+
+    With p = the largest power of two <= N and r = N - p: the first 2r ranks pair up and
+    each even one of them folds its whole gradient into the odd one above it (which adds
+    it: odd + even) and sits out; the p remaining ranks (virtual ranks 0..p-1) run the
+    butterfly on the gradient cut into p blocks: in step s (mask = p/2, p/4, ..., 1) a
+    rank exchanges with virtual rank v XOR mask the half of its current range it gives up
+    and adds the half it keeps (own + partner), ending with block v summed; then the
+    all-gather retraces the steps, doubling the range each time. Finally each folded rank
+    gets the result back from its partner. Bytes per butterfly rank: 2 (p-1)/p x M, as a
+    ring; a folded pair adds M each way (the cost of N not a power of two).
+    """
+    if world == 1:
+        return 0, 0
+    esize, dtype = tensor.element_size(), tensor.dtype
+    p = 1 << (world.bit_length() - 1)
+    r = world - p
+    steps = p.bit_length() - 1
+    unfold_tag = 2 + 2 * steps
+    if rank < 2 * r and rank % 2 == 0:  # folded: hand the gradient over, get the sum back
+        common.wait(dist.isend(tensor, dst=rank + 1, tag=0), timeout,
+                    f"halving-doubling fold: send to rank {rank + 1}")
+        common.wait(dist.irecv(tensor, src=rank + 1, tag=unfold_tag), timeout,
+                    f"halving-doubling unfold: receive from rank {rank + 1}")
+        return tensor.numel() * esize, tensor.numel() * esize
+    v = rank // 2 if rank < 2 * r else rank - r
+
+    def real(u: int) -> int:  # global rank of virtual rank u
+        return 2 * u + 1 if u < r else u + r
+
+    sizes = [b.numel() for b in torch.tensor_split(tensor, p)]
+    offs = [0]
+    for n in sizes:
+        offs.append(offs[-1] + n)
+    plan = []  # (partner, kept blocks, given blocks), one per halving step
+    lo, hi, mask = 0, p, p // 2
+    while mask:
+        mid = (lo + hi) // 2
+        keep, give = ((mid, hi), (lo, mid)) if v & mask else ((lo, mid), (mid, hi))
+        plan.append((real(v ^ mask), keep, give))
+        lo, hi = keep
+        mask //= 2
+
+    def span(blocks: tuple[int, int]) -> torch.Tensor:
+        return tensor[offs[blocks[0]]:offs[blocks[1]]]
+
+    sent = recv = 0
+    fold: list = []
+    if rank < 2 * r:
+        _post(fold, rank - 1, tensor.numel(), dtype, 0,
+              f"halving-doubling fold: receive from rank {rank - 1}")
+    rs: list = []
+    ag: list = []
+    for s, (partner, keep, give) in enumerate(plan):
+        _post(rs, partner, offs[keep[1]] - offs[keep[0]], dtype, 1 + s,
+              f"halving-doubling reduce-scatter step {s + 1}/{steps}: receive from rank "
+              f"{partner}")
+        _post(ag, partner, offs[give[1]] - offs[give[0]], dtype, 1 + steps + s,
+              f"halving-doubling all-gather step {steps - s}/{steps}: receive from rank "
+              f"{partner}")
+    if fold:
+        work, buf, what = fold[0]
+        common.wait(work, timeout, what)
+        tensor += buf
+        recv += buf.numel() * esize
+    for s, (partner, keep, give) in enumerate(plan):
+        send = dist.isend(span(give), dst=partner, tag=1 + s)
+        work, buf, what = rs[s]
+        common.wait(work, timeout, what)
+        span(keep).add_(buf)
+        common.wait(send, timeout, f"halving-doubling reduce-scatter step {s + 1}/{steps}: "
+                                   f"send to rank {partner}")
+        sent += span(give).numel() * esize
+        recv += buf.numel() * esize
+    for s in reversed(range(steps)):
+        partner, keep, give = plan[s]
+        send = dist.isend(span(keep), dst=partner, tag=1 + steps + s)
+        work, buf, what = ag[s]
+        common.wait(work, timeout, what)
+        span(give).copy_(buf)
+        common.wait(send, timeout, f"halving-doubling all-gather step {steps - s}/{steps}: "
+                                   f"send to rank {partner}")
+        sent += span(keep).numel() * esize
+        recv += buf.numel() * esize
+    if rank < 2 * r:
+        common.wait(dist.isend(tensor, dst=rank - 1, tag=unfold_tag), timeout,
+                    f"halving-doubling unfold: send to rank {rank - 1}")
+        sent += tensor.numel() * esize
+    return sent, recv
+
+
+def tree_slices(nbytes: int, slices: int = TREE_SLICES) -> int:
+    """Slices a tree cuts a gradient of `nbytes` into: up to `slices`, each at least
+    MIN_SLICE_BYTES (one slice for a small gradient)."""
+    return max(1, min(slices, nbytes // MIN_SLICE_BYTES))
+
+
+def tree_height(world: int) -> int:
+    """Edges from the root to the deepest rank of the binary tree of `world` ranks."""
+    return (world.bit_length() - 1) if world > 0 else 0
+
+
+def tree_allreduce(tensor: torch.Tensor, rank: int, world: int, timeout: float,
+                   slices: int = TREE_SLICES) -> tuple[int, int]:
+    """Reduce up a binary tree to rank 0, then broadcast down it, pipelined in slices.
+
+    The tree is a heap: rank r's parent is (r-1)//2, its children 2r+1 and 2r+2 (those
+    < N), so any N works and its height is floor(log2 N). The gradient is cut into up to
+    `slices` slices (`tree_slices`); a rank adds slice j of its children to its own (own
+    + left + right) and sends it up as soon as both arrived; the root's slice j is then
+    final and goes down the tree. Every receive (children's slices, the parent's
+    broadcast) is posted at the start, into buffers of its own, so no send waits for
+    its receiver. A non-root rank forwards broadcast slice j only after it has sent slice
+    j + 2h up (h = the height): the broadcast of slice j needs a round trip to the root,
+    and this keeps that many slices moving up meanwhile. (The lag is the same on every
+    non-root rank and 0 on the root; a parent lagging more than its child could deadlock.)
+    Bytes: a rank with c children sends M up (not the root) and c x M down, and receives
+    c x M from its children and M from its parent (not the root).
+    """
+    if world == 1:
+        return 0, 0
+    esize, dtype = tensor.element_size(), tensor.dtype
+    per = tree_slices(tensor.numel() * esize, slices)
+    parts = list(torch.tensor_split(tensor, per))
+    parent = (rank - 1) // 2 if rank else None
+    children = [c for c in (2 * rank + 1, 2 * rank + 2) if c < world]
+    lag = 0 if parent is None else 2 * tree_height(world)
+    up: dict[int, list] = {c: [] for c in children}
+    for c in children:
+        for j, part in enumerate(parts):
+            _post(up[c], c, part.numel(), dtype, j,
+                  f"tree reduce slice {j + 1}/{per}: receive from rank {c}")
+    down: list = []
+    if parent is not None:
+        for j, part in enumerate(parts):
+            _post(down, parent, part.numel(), dtype, per + j,
+                  f"tree broadcast slice {j + 1}/{per}: receive from rank {parent}")
+    sends_up: list = []
+    sends_down: list = []
+    sent = recv = 0
+
+    def reduce(j: int) -> None:
+        nonlocal sent, recv
+        for c in children:
+            work, buf, what = up[c][j]
+            common.wait(work, timeout, what)
+            parts[j] += buf
+            recv += buf.numel() * esize
+        if parent is not None:
+            sends_up.append((dist.isend(parts[j], dst=parent, tag=j),
+                             f"tree reduce slice {j + 1}/{per}: send to rank {parent}"))
+            sent += parts[j].numel() * esize
+
+    def broadcast(j: int) -> None:
+        nonlocal sent, recv
+        if parent is not None:
+            work, what = sends_up[j]  # parts[j] is overwritten below: its send must be done
+            common.wait(work, timeout, what)
+            work, buf, what = down[j]
+            common.wait(work, timeout, what)
+            parts[j].copy_(buf)
+            recv += buf.numel() * esize
+        for c in children:
+            sends_down.append((dist.isend(parts[j], dst=c, tag=per + j),
+                               f"tree broadcast slice {j + 1}/{per}: send to rank {c}"))
+            sent += parts[j].numel() * esize
+
+    for i in range(per + lag):
+        if i < per:
+            reduce(i)
+        if i >= lag:
+            broadcast(i - lag)
+    for work, what in sends_down:
+        common.wait(work, timeout, what)
+    return sent, recv
+
+
+def leaf_groups(leaves: Sequence) -> list[list[int]]:
+    """Ranks grouped by leaf (`leaves[r]` = rank r's leaf), each group in rank order, the
+    groups in the order of their first (leader) rank."""
+    groups: dict = {}
+    for r, leaf in enumerate(leaves):
+        groups.setdefault(leaf, []).append(r)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+def hierarchical_allreduce(tensor: torch.Tensor, rank: int, world: int, timeout: float,
+                           leaves: Sequence) -> tuple[int, int]:
+    """Leaf-aware: reduce inside each leaf, all-reduce among leaf leaders, broadcast back.
+
+    `leaves[r]` is rank r's leaf (any labels; one per rank). A leaf's leader is its lowest
+    rank. (1) Every other rank of the leaf sends its whole gradient to the leader, which
+    adds them in rank order; (2) the leaders run the pipelined ring all-reduce among
+    themselves (ring_allreduce over the group of leaders, in rank order): the only
+    traffic that crosses the spines, 2 (L-1)/L x M out of each leaf for L leaves instead
+    of the flat ring's 2 (N-1)/N x M per ring edge leaving the leaf; (3) each leader sends
+    the sum to its leaf's other ranks. The phases follow one another.
+    """
+    if len(leaves) != world:
+        raise ValueError(f"leaves: expected one leaf per rank ({world}), got {len(leaves)}")
+    groups = leaf_groups(leaves)
+    mine = next(g for g in groups if rank in g)
+    leader, members = mine[0], mine[1:]
+    esize = tensor.element_size()
+    nbytes = tensor.numel() * esize
+    sent = recv = 0
+    if rank != leader:
+        common.wait(dist.isend(tensor, dst=leader, tag=0), timeout,
+                    f"hierarchical leaf reduce: send to leader rank {leader}")
+        common.wait(dist.irecv(tensor, src=leader, tag=1), timeout,
+                    f"hierarchical leaf broadcast: receive from leader rank {leader}")
+        return nbytes, nbytes
+    got: list = []
+    for m in members:
+        _post(got, m, tensor.numel(), tensor.dtype, 0,
+              f"hierarchical leaf reduce: receive from rank {m}")
+    for work, buf, what in got:
+        common.wait(work, timeout, what)
+        tensor += buf
+        recv += nbytes
+    leaders = [g[0] for g in groups]
+    s, rv = ring_allreduce(tensor, rank, world, timeout, group=leaders, tag_base=2)
+    sent, recv = sent + s, recv + rv
+    sends = [(dist.isend(tensor, dst=m, tag=1), m) for m in members]
+    for work, m in sends:
+        common.wait(work, timeout, f"hierarchical leaf broadcast: send to rank {m}")
+        sent += nbytes
+    return sent, recv
+
+
+ALGORITHMS = ("ring", "halving-doubling", "tree", "hierarchical")
+
+
+def allreduce(algorithm: str, tensor: torch.Tensor, rank: int, world: int, timeout: float,
+              leaves: Sequence | None = None) -> tuple[int, int]:
+    """Sum `tensor` in place with `algorithm` (one of ALGORITHMS); (bytes sent, recv).
+    `leaves` (rank r's leaf at [r]) is needed by "hierarchical" only."""
+    if algorithm == "hierarchical":
+        if leaves is None:
+            raise ValueError("algorithm hierarchical needs the leaf of every rank (leaves)")
+        return hierarchical_allreduce(tensor, rank, world, timeout, leaves)
+    run = {"ring": ring_allreduce, "halving-doubling": halving_doubling_allreduce,
+           "tree": tree_allreduce}.get(algorithm)
+    if run is None:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    return run(tensor, rank, world, timeout)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -148,7 +422,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--impl", choices=("ring", "gloo"), default="ring",
                    help="all-reduce implementation: ring (send/recv, default) or gloo "
                         "(dist.all_reduce)")
+    p.add_argument("--algorithm", choices=ALGORITHMS, default="ring",
+                   help="all-reduce algorithm of --impl ring: ring (default), "
+                        "halving-doubling, tree (binary, pipelined) or hierarchical "
+                        "(leaf-aware; needs --leaves)")
+    p.add_argument("--leaves", type=leaf_list, default=None, metavar="L0,L1,...",
+                   help="the leaf of every rank, rank order (hierarchical: ranks on one "
+                        "leaf reduce to their leader before the leaders' ring)")
     return p
+
+
+def leaf_list(text: str) -> list[str]:
+    """Parse 'lf1,lf2,lf1' (argparse type): one leaf label per rank."""
+    items = [t.strip() for t in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"expected comma-separated leaf names, got {text!r}")
+    return items
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -158,6 +447,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     common.check_model_size(parser, args)
     if args.world_size < 2:
         parser.error("argument --world-size: a ring needs at least 2 ranks")
+    if args.impl == "gloo" and args.algorithm != "ring":
+        parser.error(f"argument --algorithm: {args.algorithm} is ours; --impl gloo runs "
+                     "gloo's own all_reduce (use --impl ring)")
+    if args.leaves is not None and len(args.leaves) != args.world_size:
+        parser.error(f"argument --leaves: {len(args.leaves)} leaves for --world-size "
+                     f"{args.world_size} ranks (one per rank)")
+    if args.algorithm == "hierarchical" and args.leaves is None:
+        parser.error("argument --leaves: required by --algorithm hierarchical")
     return args
 
 
@@ -167,6 +464,7 @@ def run(args: argparse.Namespace, log: common.JsonLog) -> None:
                       Digits(args.rank, n, args.batch_size, args.seed),
                       slowdown=common.slowdown_factor(args, args.rank))
     log.write("start", role="ring", rank=args.rank, world_size=n, mode=args.impl,
+              algorithm=args.algorithm if args.impl == "ring" else None, leaves=args.leaves,
               param_count=trainer.n_params, gradient_bytes=trainer.n_params * BYTES_PER_PARAM,
               t=time.time(), **common.host_info(args.iface), slowdown=trainer.slowdown,
               options=common.options(args))
@@ -181,7 +479,8 @@ def run(args: argparse.Namespace, log: common.JsonLog) -> None:
         sent: Any = None
         recv: Any = None
         if args.impl == "ring":
-            sent, recv = ring_allreduce(grad, args.rank, n, args.timeout)
+            sent, recv = allreduce(args.algorithm, grad, args.rank, n, args.timeout,
+                                   args.leaves)
         else:
             gloo_allreduce(grad, args.timeout)
         t_reduced = time.time()
