@@ -523,3 +523,222 @@ def tensor_bound(ranks: int, message_bytes: float, host_mbps, *, collectives: in
                f"{one.formula}")
     return Bound(secs, formula, {"per_collective": one.seconds, "latency": lat,
                                  "bandwidth": bw, "collectives": c}, name)
+
+
+# --- all-reduce algorithms: halving-doubling, binary tree, leaf-aware hierarchical ---------
+# (issue 12; the apps are in apps/ring.py, the same schedules step by step)
+
+ALLREDUCE_ALGORITHMS = ("ring", "halving-doubling", "tree", "hierarchical")
+
+
+def _phase_seconds(flows: Sequence[tuple[int, int, float]], rates: Sequence[float],
+                   leaves: Sequence[str] | None, spines: int, fabric_mbps,
+                   mtu: int) -> tuple[float, str]:
+    """(seconds, bottleneck) of one phase whose `flows` ((source rank, destination rank,
+    bytes)) all run at once: its busiest link. A host link, or a leaf's spine links in one
+    direction, carries f = `framing_factor` per byte, or f' = `ack_framing` when the
+    other direction carries data of the phase too (the ACKs of that data share it).
+    Fabric links as in the module docstring (spread evenly over `spines`)."""
+    f, fa = framing_factor(mtu), ack_framing(mtu)
+    out: dict = {}
+    into: dict = {}
+    for s, d, n in flows:
+        out[s] = out.get(s, 0.0) + n
+        into[d] = into.get(d, 0.0) + n
+    cands = {}
+    for r in sorted(set(out) | set(into)):
+        for mine, other, what in ((out, into, "out of"), (into, out, "into")):
+            if mine.get(r):
+                frame = fa if other.get(r) else f
+                cands[f"host link {what} rank {r}"] = mine[r] * frame / bytes_per_s(rates[r])
+    if leaves is not None:
+        up, down = _leaf_traffic((leaves[s], leaves[d], n) for s, d, n in flows)
+        if up or down:
+            if not spines or not fabric_mbps:
+                raise ValueError("traffic crosses leaves: `spines` and `fabric_mbps` are needed")
+            cap = bytes_per_s(spines * fabric_mbps)
+            for leaf, n in up.items():
+                cands[f"uplinks of {leaf}"] = n * (fa if down.get(leaf) else f) / cap
+            for leaf, n in down.items():
+                cands[f"downlinks into {leaf}"] = n * (fa if up.get(leaf) else f) / cap
+    if not cands:
+        return 0.0, ""
+    name = max(cands, key=lambda k: cands[k])
+    return cands[name], name
+
+
+def _serial(phases: Sequence[tuple[str, list]], rates, leaves, spines, fabric_mbps,
+            mtu) -> tuple[float, list[tuple[str, float, str]]]:
+    """Phases that follow one another: the sum of their times; [(phase, s, bottleneck)]."""
+    done = [(name, *_phase_seconds(flows, rates, leaves, spines, fabric_mbps, mtu))
+            for name, flows in phases]
+    return sum(t for _, t, _ in done), done
+
+
+def halving_doubling_bound(ranks: int, model_bytes: float, host_mbps, *,
+                           leaves: Sequence[str] | None = None, spines: int = 0,
+                           fabric_mbps: float | None = None, alpha_s: float = 0.0,
+                           mtu: int = 1500) -> Bound:
+    """Recursive halving then doubling (Rabenseifner) of M = `model_bytes` over N =
+    `ranks`: the least time (s), phase by phase as apps.ring.halving_doubling_allreduce
+    runs it.
+
+    p = the largest power of two <= N, r = N − p. Fold: ranks 0, 2, .., 2r−2 send M to
+    the rank above (M·f/B). Butterfly over p ranks, log2 p halving steps (step s: every
+    rank sends and receives M/2^(s+1) with its partner, f' as both directions are busy)
+    then as many doubling steps (the same sizes in reverse): 2(p−1)/p·M·f'/B. Unfold: M
+    back, M·f/B. Each step needs what the one before delivered, so the steps add up;
+    each step takes its busiest link, host or (with `leaves`, `spines`, `fabric_mbps`)
+    the spine links of a leaf. For N = 4, M = 1 MB at 8 Mbit/s: 1.5 × 1.0684 = 1.603 s;
+    N = 3: 1.0456 + 1.0684 + 1.0456 = 3.160 s (a power of two is worth having).
+    Latency: (2·log2 p + 2·[r > 0])·α.
+
+    Bound.terms: fold, butterfly, unfold, latency (s).
+    """
+    n = _positive(ranks, "ranks", integer=True)
+    m = float(_positive(model_bytes, "model_bytes"))
+    rates = _rates(host_mbps, n, "host_mbps")
+    lv = _leaves(leaves, n, "leaves")
+    p = 1 << (n.bit_length() - 1)
+    r = n - p
+    steps = p.bit_length() - 1
+
+    def real(u: int) -> int:
+        return 2 * u + 1 if u < r else u + r
+
+    fold = [(2 * i, 2 * i + 1, m) for i in range(r)]
+    exchange = []
+    for s in range(steps):
+        size = m / 2 ** (s + 1)
+        exchange.append((f"halving step {s + 1}", [(real(v), real(v ^ (p >> (s + 1))), size)
+                                                   for v in range(p)]))
+    phases = ([("fold", fold)] if r else []) + exchange + \
+        [(name.replace("halving", "doubling"), flows) for name, flows in reversed(exchange)] + \
+        ([("unfold", [(b, a, x) for a, b, x in fold])] if r else [])
+    _, done = _serial(phases, rates, lv, spines, fabric_mbps, mtu)
+    fold_s = sum(t for name, t, _ in done if name == "fold")
+    unfold_s = sum(t for name, t, _ in done if name == "unfold")
+    butterfly = sum(t for name, t, _ in done if name not in ("fold", "unfold"))
+    lat = (2 * steps + (2 if r else 0)) * alpha_s
+    secs = fold_s + butterfly + unfold_s + lat
+    worst = max(done, key=lambda d: d[1]) if done else ("", 0.0, "")
+    formula = (f"halving-doubling all-reduce, N={n} (p={p}, {r} folded), M={_fmt(m)} B: "
+               + (f"fold M·f/B = {_fmt(fold_s)} s + " if r else "")
+               + f"butterfly 2(p−1)/p·M·f'/B = {_fmt(butterfly)} s"
+               + (f" + unfold {_fmt(unfold_s)} s" if r else "")
+               + (f" + latency {_fmt(lat)} s" if lat else "")
+               + f" = {_fmt(secs)} s (each step at its busiest link; longest: {worst[0]}, "
+               f"{worst[2]})")
+    return Bound(secs, formula, {"fold": fold_s, "butterfly": butterfly, "unfold": unfold_s,
+                                 "latency": lat}, worst[2])
+
+
+def tree_bound(ranks: int, model_bytes: float, host_mbps, *, slices: int = 1,
+               leaves: Sequence[str] | None = None, spines: int = 0,
+               fabric_mbps: float | None = None, alpha_s: float = 0.0,
+               mtu: int = 1500) -> Bound:
+    """Binary-tree all-reduce (reduce to rank 0, broadcast back, pipelined in `slices`
+    slices of M/slices) over N = `ranks`: the least time (s).
+
+    The heap tree of apps.ring.tree_allreduce (parent of r: (r−1)//2). Every tree edge
+    carries M up and M down, all pipelined at once, so a rank with c children moves
+    (c + 1)·M (c·M at the root) each way over its link: busiest link = max over ranks
+    and leaf spine links (`_phase_seconds`, f' where both directions carry data). And a
+    chain no pipelining hides: the root must take in c_root·M (c_root·M·f/B_root), and the
+    last slice then still goes down h = floor(log2 N) hops, each a whole slice stored and
+    forwarded (h·(M/slices)·f/B_min). bound = max(busiest link, root chain) + 2h·α.
+    For N = 4, M = 1 MB at 8 Mbit/s, 4 slices: max(2·1.0684, (2 + 2/4)·1.0456) = 2.614 s.
+
+    Bound.terms: busiest_link, root_chain, latency (s).
+    """
+    n = _positive(ranks, "ranks", integer=True)
+    m = float(_positive(model_bytes, "model_bytes"))
+    k = _positive(slices, "slices", integer=True)
+    rates = _rates(host_mbps, n, "host_mbps")
+    lv = _leaves(leaves, n, "leaves")
+    f = framing_factor(mtu)
+    flows = [e for c in range(1, n) for e in ((c, (c - 1) // 2, m), ((c - 1) // 2, c, m))]
+    link, name = _phase_seconds(flows, rates, lv, spines, fabric_mbps, mtu)
+    h = n.bit_length() - 1
+    c_root = min(2, n - 1)
+    chain = c_root * m * f / bytes_per_s(rates[0]) + h * (m / k) * f / bytes_per_s(min(rates))
+    lat = 2 * h * alpha_s
+    cands = {name or "host link": link, "root chain": chain}
+    secs = max(cands.values()) + lat
+    formula = (f"binary-tree all-reduce, N={n} (height {h}), M={_fmt(m)} B in {k} slices: "
+               f"max(busiest link ({name}) = {_fmt(link)} s, root chain c·M·f/B_root + "
+               f"h·(M/slices)·f/B = {_fmt(chain)} s)"
+               + (f" + 2h·α = {_fmt(lat)} s" if lat else "") + f" = {_fmt(secs)} s")
+    return Bound(secs, formula, {"busiest_link": link, "root_chain": chain, "latency": lat},
+                 _top(cands))
+
+
+def hierarchical_bound(ranks: int, model_bytes: float, host_mbps, *,
+                       leaves: Sequence[str], spines: int = 0,
+                       fabric_mbps: float | None = None, alpha_s: float = 0.0,
+                       mtu: int = 1500) -> Bound:
+    """Leaf-aware all-reduce of M = `model_bytes` over N = `ranks` on `leaves` (rank r's
+    leaf at [r]): the least time (s), its three phases added (they follow one another in
+    apps.ring.hierarchical_allreduce).
+
+    A leaf's leader is its lowest rank. (1) leaf reduce: each other rank sends M to its
+    leader, so a leader of k ranks takes in (k−1)·M: (k−1)·M·f/B_leader, the largest over
+    leaves. (2) the L leaders' ring (`ring_bound` over the leaders in rank order, their
+    leaves, rates and the fabric): one ring edge leaves each leaf, 2(L−1)/L·M over its
+    spine links, where the flat ring puts that on every edge leaving the leaf. (3) leaf
+    broadcast: each leader sends M to its k−1 ranks, (k−1)·M·f/B_leader.
+    Example: N = 4 on leaves a, b, a, b, M = 1 MB, 8 Mbit/s hosts, 2 spines of 2 Mbit/s:
+    1.0456 + 2.137 + 1.0456 = 4.228 s, where the flat ring needs 6.410 s (its four
+    edges all cross, two out of each leaf, 1.5 MB each, over 0.5 MB/s).
+
+    Bound.terms: leaf_reduce, leaders_ring, leaf_broadcast, latency (s).
+    """
+    n = _positive(ranks, "ranks", integer=True)
+    m = float(_positive(model_bytes, "model_bytes"))
+    rates = _rates(host_mbps, n, "host_mbps")
+    if leaves is None:
+        raise ValueError("leaves: the hierarchical all-reduce needs the leaf of every rank")
+    lv = _leaves(leaves, n, "leaves")
+    groups: dict = {}
+    for r, leaf in enumerate(lv):
+        groups.setdefault(leaf, []).append(r)
+    leaders = sorted(g[0] for g in groups.values())
+    reduce_flows = [(r, g[0], m) for g in groups.values() for r in g[1:]]
+    red, red_name = _phase_seconds(reduce_flows, rates, lv, spines, fabric_mbps, mtu)
+    bc, bc_name = _phase_seconds([(b, a, x) for a, b, x in reduce_flows], rates, lv, spines,
+                                 fabric_mbps, mtu)
+    ring = ring_bound(len(leaders), m, [rates[r] for r in leaders],
+                      leaves=[lv[r] for r in leaders], spines=spines, fabric_mbps=fabric_mbps,
+                      alpha_s=alpha_s, mtu=mtu) if len(leaders) > 1 else None
+    ring_s = ring.seconds if ring else 0.0
+    lat = (2 * alpha_s if reduce_flows else 0.0)
+    secs = red + ring_s + bc + lat
+    cands = {f"leaf reduce ({red_name})": red, f"leaf broadcast ({bc_name})": bc}
+    if ring:
+        cands[f"leaders' ring ({ring.bottleneck})"] = ring_s
+    formula = (f"hierarchical all-reduce, N={n} on {len(leaders)} leaves, M={_fmt(m)} B: "
+               f"leaf reduce (k−1)·M·f/B = {_fmt(red)} s + leaders' ring "
+               + (f"[{ring.formula}]" if ring else "(one leaf: none) 0 s")
+               + f" + leaf broadcast {_fmt(bc)} s"
+               + (f" + 2α = {_fmt(lat)} s" if lat else "") + f" = {_fmt(secs)} s")
+    return Bound(secs, formula, {"leaf_reduce": red, "leaders_ring": ring_s,
+                                 "leaf_broadcast": bc, "latency": lat}, _top(cands))
+
+
+def allreduce_bound(algorithm: str, ranks: int, model_bytes: float, host_mbps, *,
+                    leaves: Sequence[str] | None = None, spines: int = 0,
+                    fabric_mbps: float | None = None, slices: int = 1,
+                    alpha_s: float = 0.0, mtu: int = 1500) -> Bound:
+    """The bound of `algorithm` (one of ALLREDUCE_ALGORITHMS); `slices` is the tree's."""
+    fabric = {"leaves": leaves, "spines": spines, "fabric_mbps": fabric_mbps,
+              "alpha_s": alpha_s, "mtu": mtu}
+    if algorithm == "ring":
+        return ring_bound(ranks, model_bytes, host_mbps, **fabric)
+    if algorithm == "halving-doubling":
+        return halving_doubling_bound(ranks, model_bytes, host_mbps, **fabric)
+    if algorithm == "tree":
+        return tree_bound(ranks, model_bytes, host_mbps, slices=slices, **fabric)
+    if algorithm == "hierarchical":
+        return hierarchical_bound(ranks, model_bytes, host_mbps, **fabric)
+    raise ValueError(f"algorithm must be one of {', '.join(ALLREDUCE_ALGORITHMS)}, "
+                     f"got {algorithm!r}")
