@@ -507,3 +507,38 @@ def stacked_parts(parts: pd.DataFrame, path, xlabel: str = "iteration",
         ax.set_title(title)
     _legend_outside(ax)
     return _save(fig, path)
+
+
+def accuracy_curves(curves: list[tuple[str, pd.DataFrame]], path,
+                    target: float | None = None) -> Path | None:
+    """Held-out accuracy against seconds since training started (left) and against
+    gradients applied (right), one line per (label, curve) (analysis/accuracy.curve);
+    runs sharing a label share a colour. The target accuracy as a dashed line."""
+    curves = [(label, c) for label, c in curves if c is not None and len(c)]
+    if not curves:
+        return None
+    fig, (ax_t, ax_g) = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    colours: dict[str, str] = {}
+    for label, c in curves:
+        first = label not in colours
+        colour = colours.setdefault(label, f"C{len(colours) % 10}")
+        ax_t.plot(c["t_s"], c["accuracy"], marker=".", ms=3, lw=1, color=colour,
+                  label=label if first else None)
+        ax_g.plot(c["applied"], c["accuracy"], marker=".", ms=3, lw=1, color=colour)
+    for ax in (ax_t, ax_g):
+        if target is not None:
+            ax.axhline(target, color="k", ls="--", lw=0.8)
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+    ax_t.set_xlabel("time since training started (s)")
+    ax_g.set_xlabel("gradients applied")
+    ax_t.set_ylabel("held-out accuracy")
+    ax_t.set_xlim(left=0)
+    ax_g.set_xlim(left=0)
+    fig.suptitle("Held-out accuracy" + (f" (dashed: target {target:g})"
+                                        if target is not None else ""), fontsize="medium")
+    handles, labels = ax_t.get_legend_handles_labels()  # shown beside the right panel
+    ax_g.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                fontsize="small", frameon=False)
+    return _save(fig, path)
+

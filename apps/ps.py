@@ -37,6 +37,28 @@ to every shard, pull the new slice from every shard. Modes (each shard decides a
   each decides alone (a gradient can be late at one shard and on time at another); a
   worker stops pushing to a shard once that shard said stop, and ends when all did.
 
+Learning-rate rules (--lr-rule; how an update of k gradients g_i of staleness s_i moves
+the parameters, N = workers):
+
+- mean:       params -= lr * (sum g_i) / k            (the sync/backup default: SGD on the
+              average, so one update moves as far as one gradient of N x the batch)
+- per_worker: params -= (lr / N) * sum g_i            (the async/SSP default: N single-
+              gradient updates move as far as one sync step of N gradients)
+- staleness:  params -= lr * (sum g_i / (1 + s_i)) / k   (staleness-aware async SGD; the
+              same as mean where nothing is stale, i.e. in sync and backup)
+
+Without --lr-rule the mode's default applies (DEFAULT_LR_RULE); the server logs the rule
+it used in its start event and each gradient's rate in `update` events (`rates`).
+
+Held-out evaluation (single PS only, --shards 1): the server evaluates its parameters on
+the test set at version 0 and then whenever another --eval-every gradients have been
+applied (default: N, one sync step), and once more at the end, logging `eval` events
+(version, gradients applied, accuracy, loss): time-to-accuracy is read from these.
+
+Emulated compute (--compute-ms MS): a worker's compute of one iteration lasts at least
+MS milliseconds (the real forward/backward runs, then a sleep pads it), as if the model
+were bigger or the device slower; a straggler's --slowdown factor then multiplies that.
+
 Every send and receive has the --timeout deadline (make it exceed the longest
 legitimate wait: a straggler's step, or N x gradient bytes / link rate for a sync push);
 a dead or hung peer makes this process exit 1 with one line on stderr and an `error`
@@ -62,6 +84,11 @@ PROG = "incastlab.apps.ps"
 MODES = ("sync", "async", "ssp", "backup")
 PUSH_TRAILER = 2  # version, iteration
 PULL_TRAILER = 5  # version, staleness, hold_s, stop, accepted
+LR_RULES = ("mean", "per_worker", "staleness")
+# Defaults that make the modes comparable: N gradients move the model as far in every mode
+# (sync averages N gradients with lr; async/SSP apply each of the N with lr / N).
+DEFAULT_LR_RULE = {"sync": "mean", "backup": "mean", "async": "per_worker",
+                   "ssp": "per_worker"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,7 +111,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backup-workers", type=common.non_negative_int, default=None,
                    metavar="B", help="backup: the server aggregates the first N-B gradients "
                                      "of a step (required with --mode backup)")
+    p.add_argument("--lr-rule", choices=LR_RULES, default=None,
+                   help="how an update scales the learning rate: mean (lr x the average "
+                        "gradient), per_worker (lr / workers per gradient), staleness "
+                        "(lr / (1 + staleness) per gradient, averaged); default: mean for "
+                        "sync and backup, per_worker for async and ssp")
+    p.add_argument("--eval-every", type=common.positive_int, default=None, metavar="K",
+                   help="single PS: evaluate held-out accuracy and loss every K gradients "
+                        "applied (default: the number of workers, one sync step)")
+    p.add_argument("--compute-ms", type=non_negative_float, default=0.0, metavar="MS",
+                   help="emulated compute time of one worker iteration in milliseconds: "
+                        "the real compute runs, then a sleep pads it to at least MS; a "
+                        "--slowdown factor multiplies the padded time (default: 0)")
     return p
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number >= 0 (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -113,11 +163,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          f"({workers}), got {args.backup_workers}")
     elif args.backup_workers is not None:
         parser.error("argument --backup-workers: only valid with --mode backup")
+    args.lr_rule_default = args.lr_rule is None
+    if args.lr_rule is None:
+        args.lr_rule = DEFAULT_LR_RULE[args.mode]
+    if args.eval_every is None:
+        args.eval_every = workers
     for r, _ in args.slowdown:
         if r < args.shards:
             parser.error(f"argument --slowdown: rank {r} is a server; stragglers are "
                          f"workers (ranks {args.shards}..{args.world_size - 1})")
     return args
+
+
+def lr_rates(rule: str, lr: float, workers: int, staleness: list[int]) -> list[float]:
+    """The rate each gradient of one update is applied with (see the module docstring):
+    the update is params -= sum_i rates[i] * g_i, for gradients of the given staleness."""
+    k = len(staleness)
+    if rule == "mean":
+        return [lr / k] * k
+    if rule == "per_worker":
+        return [lr / workers] * k
+    if rule == "staleness":
+        return [lr / (k * (1 + s)) for s in staleness]
+    raise ValueError(f"unknown learning-rate rule {rule!r}; rules are {', '.join(LR_RULES)}")
 
 
 def shard_bounds(n_params: int, shards: int) -> list[tuple[int, int]]:
@@ -154,6 +222,10 @@ class Server:
         self.bytes_sent = self.bytes_recv = 0
         self.events: queue.Queue = queue.Queue()
         self.senders: list[threading.Thread] = []
+        # held-out evaluation needs the whole model: only a single PS has it
+        self.evaluates = args.shards == 1
+        self.next_eval = 0  # gradients applied at which the next evaluation is due
+        self.last_eval_applied = -1
 
     # -- communication: posts on this thread, waits on helper threads ------------------
 
@@ -198,7 +270,43 @@ class Server:
 
     # -- the loop ---------------------------------------------------------------------
 
+    def step(self, grads: list[torch.Tensor], staleness: list[int]) -> list[float]:
+        """Apply one update of `grads` (in rank order) under the learning-rate rule;
+        returns each gradient's rate (`lr_rates`)."""
+        rule, k = self.args.lr_rule, len(grads)
+        if rule == "staleness":
+            total = grads[0] / (1 + staleness[0])
+            for g, st in zip(grads[1:], staleness[1:], strict=True):
+                total += g / (1 + st)
+        else:
+            total = grads[0].clone()
+            for g in grads[1:]:  # fixed (rank) order: the same bits whatever the arrival order
+                total += g
+        # mean keeps lr * (total / k), the expression (and bits) of the rule-less server
+        self.params -= self.args.lr * (total / (len(self.workers) if rule == "per_worker"
+                                                else k))
+        self.version += 1
+        self.applied += k
+        return lr_rates(rule, self.args.lr, len(self.workers), staleness)
+
+    def maybe_evaluate(self, final: bool = False) -> None:
+        """Log an `eval` event when another --eval-every gradients have been applied,
+        or at the end (`final`) unless the last evaluation saw this model already."""
+        if not self.evaluates:
+            return
+        if (self.applied == self.last_eval_applied) if final \
+                else (self.applied < self.next_eval):
+            return
+        t0 = time.perf_counter()
+        accuracy, loss = self.trainer.evaluate(self.params)
+        self.log.write("eval", version=self.version, applied=self.applied, t=time.time(),
+                       accuracy=accuracy, loss=loss, eval_s=time.perf_counter() - t0)
+        self.last_eval_applied = self.applied
+        while self.next_eval <= self.applied:
+            self.next_eval += self.args.eval_every
+
     def run(self) -> None:
+        self.maybe_evaluate()  # version 0: where training starts
         for w in self.workers:
             self.reply(w, None, 0, True)
         while len(self.stopped) < len(self.workers):
@@ -215,6 +323,8 @@ class Server:
             handler = self.on_arrival_step if self.args.mode in ("sync", "backup") \
                 else self.on_arrival_async
             handler(w, grad, g_version, g_iter, t_arr)
+            self.maybe_evaluate()
+        self.maybe_evaluate(final=True)  # the model training ended with
         for t in self.senders:
             t.join(self.args.timeout + 5)
         self._check_errors()
@@ -238,15 +348,11 @@ class Server:
         if len(self.buffer) < self.quorum:
             return
         ranks = sorted(self.buffer)
-        total = self.buffer[ranks[0]][0].clone()
-        for r in ranks[1:]:  # fixed (rank) order: the same bits whatever the arrival order
-            total += self.buffer[r][0]
-        self.params -= self.args.lr * (total / len(ranks))
-        self.version += 1
-        self.applied += len(ranks)
+        rates = self.step([self.buffer[r][0] for r in ranks], [0] * len(ranks))
         self.log.write("update", version=self.version, t=time.time(), from_ranks=ranks,
                        staleness=[0] * len(ranks),
-                       iterations=[self.buffer[r][2] for r in ranks], discarded=self.late)
+                       iterations=[self.buffer[r][2] for r in ranks], discarded=self.late,
+                       rates=rates)
         self.late = []
         step, self.buffer = self.buffer, {}
         for r in ranks:
@@ -256,12 +362,10 @@ class Server:
                          t_arr: float) -> None:
         """async and ssp: apply at once; ssp holds replies that would break the bound."""
         stale = self.version - g_version
-        self.params -= self.args.lr * grad
-        self.version += 1
-        self.applied += 1
+        rates = self.step([grad], [stale])
         record: dict[str, Any] = {"version": self.version, "t": time.time(),
                                   "from_ranks": [w], "staleness": [stale],
-                                  "iterations": [g_iter], "discarded": []}
+                                  "iterations": [g_iter], "discarded": [], "rates": rates}
         if self.args.mode == "async":
             self.log.write("update", **record)
             self.reply(w, t_arr, stale, True)
@@ -286,7 +390,10 @@ def run_server(args: argparse.Namespace, log: common.JsonLog) -> None:
     trainer = Trainer(build_model(args.model_size, args.seed),
                       Digits(0, args.world_size - args.shards, args.batch_size, args.seed))
     lo, hi = shard_bounds(trainer.n_params, args.shards)[args.rank]
-    log_start(args, log, trainer.n_params, "server", shard=[lo, hi])
+    log_start(args, log, trainer.n_params, "server", shard=[lo, hi], lr=args.lr,
+              lr_rule=args.lr_rule, lr_rule_default=args.lr_rule_default,
+              workers=args.world_size - args.shards,
+              eval_every=args.eval_every if args.shards == 1 else None)
     t0 = time.time()
     common.init_gloo(args)
     server = Server(args, log, trainer, lo, hi)
@@ -347,11 +454,12 @@ def run_worker(args: argparse.Namespace, log: common.JsonLog) -> None:
     index = args.rank - args.shards
     trainer = Trainer(build_model(args.model_size, args.seed),
                       Digits(index, workers, args.batch_size, args.seed),
-                      slowdown=common.slowdown_factor(args, args.rank))
+                      slowdown=common.slowdown_factor(args, args.rank),
+                      compute_floor_s=args.compute_ms / 1000)
     shards = [ShardLink(k, lo, hi)
               for k, (lo, hi) in enumerate(shard_bounds(trainer.n_params, args.shards))]
     log_start(args, log, trainer.n_params, "worker", worker_index=index,
-              slowdown=trainer.slowdown)
+              slowdown=trainer.slowdown, compute_ms=args.compute_ms)
     t0 = time.time()
     common.init_gloo(args)
     for shard in shards:
@@ -376,7 +484,8 @@ def run_worker(args: argparse.Namespace, log: common.JsonLog) -> None:
         got = [shard.finish_pull(args.timeout) for shard in active]
         t_end = time.time()
         log.write("iteration", iteration=iteration, t_start=t_start, t_end=t_end,
-                  compute_s=compute_s, slowdown_s=slow_s, t_push=t_push, comm_s=t_end - t_push,
+                  compute_s=compute_s, slowdown_s=slow_s, emulated_s=trainer.emulated_s,
+                  t_push=t_push, comm_s=t_end - t_push,
                   wait_s=max(g["hold"] for g in got), push_s=t_pushed - t_push,
                   pull_s=t_end - t_pushed,
                   bytes_sent=sum(msg.numel() for _, _, msg in sends) * BYTES_PER_PARAM,

@@ -5,10 +5,11 @@ consistency modes (sync, async, SSP, backup workers). The program is
 cost model."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from incastlab.apps.commands import WORKLOADS as APP_COMMANDS
-from incastlab.fields import choice, int_check, optional, spec_field
+from incastlab.fields import choice, int_check, num_check, optional, pattern, spec_field
 from incastlab.jobs import reporting as rep
 from incastlab.jobs import runview
 from incastlab.jobs.base import (
@@ -24,6 +25,11 @@ from incastlab.jobs.base import (
 
 RENDEZVOUS_PORT = 29500
 PS_MODES = ("sync", "async", "ssp", "backup")
+# The app's (incastlab.apps.ps: LR_RULES, DEFAULT_LR_RULE; not imported here, it needs
+# torch); tests/test_jobs_ps_modes.py checks they agree.
+LR_RULES = ("mean", "per_worker", "staleness")
+DEFAULT_LR_RULE = {"sync": "mean", "backup": "mean", "async": "per_worker",
+                   "ssp": "per_worker"}
 
 
 @dataclass
@@ -39,6 +45,28 @@ class PsFields(TrainingFields):
                                             "backup: late gradients dropped per step; "
                                             "required for mode backup, fewer than workers",
                                             sweep=True)
+    lr_rule: str | None = spec_field(
+        None, optional(choice(*LR_RULES)),
+        "how an update scales lr: mean (lr x the average of its gradients), per_worker "
+        "(lr / workers per gradient), staleness (lr / (1 + staleness) per gradient, "
+        "averaged); default: mean for sync and backup, per_worker for async and ssp, so "
+        "that N gradients move the model as far in every mode", sweep=True)
+    compute_ms: float = spec_field(
+        0.0, num_check(0, 600_000, unit="ms"),
+        "emulated compute of one worker iteration: the real compute is padded with a "
+        "sleep to at least this; a straggler's factor multiplies the padded time",
+        sweep=True)
+    eval_every: int | None = spec_field(
+        None, optional(int_check(1, 10_000_000, unit="gradients")),
+        "held-out accuracy and loss are evaluated at the PS every this many gradients "
+        "applied (needs shards = 1); default: workers (one sync step)")
+    target_accuracy: float | None = spec_field(
+        None, optional(num_check(0, 1, low_open=True, unit="fraction")),
+        "held-out accuracy to reach: the report gives the time and gradients it took "
+        "(needs target_source)", sweep=True)
+    target_source: str = spec_field("", pattern(r"[^\x00]*", "text"),
+                                    "where target_accuracy comes from (a measurement, a "
+                                    "paper), shown beside it in the reports")
 
 
 class PsJob(Job):
@@ -63,6 +91,25 @@ class PsJob(Job):
             elif w.backup_workers >= w.workers:
                 errors.append(f"workload.backup_workers: {w.backup_workers!r} is not from 0 to "
                               f"{w.workers - 1} (fewer than workload.workers = {w.workers})")
+        if w.target_accuracy is not None and ok("workload.target_accuracy",
+                                                "workload.target_source") \
+                and not w.target_source.strip():
+            errors.append("workload.target_source: missing; say where target_accuracy "
+                          f"{w.target_accuracy:g} comes from (a measurement, a paper)")
+        if w.shards > 1 and ok("workload.shards"):
+            for key in ("target_accuracy", "eval_every"):
+                if getattr(w, key) is not None and ok(f"workload.{key}"):
+                    errors.append(f"workload.{key}: needs shards = 1 (only a single PS "
+                                  f"holds the whole model to evaluate), not {w.shards}")
+        if ok("workload.compute_ms", "workload.stragglers", "workload.timeout_s"):
+            factor = max([s.factor if hasattr(s, "factor") else s.get("factor", 1)
+                          for s in w.stragglers] + [1])
+            slowest = w.compute_ms * factor / 1000
+            if slowest >= w.timeout_s:
+                errors.append(f"workload.compute_ms: {w.compute_ms:g} ms x the slowest "
+                              f"straggler's factor {factor:g} = {slowest:g} s, not below "
+                              f"workload.timeout_s ({w.timeout_s:g} s): the others would "
+                              "time out waiting for it")
         return errors + straggler_problems(w, w.workers, ok, "workload.workers")
 
     def launches(self, spec, ips, out_dir) -> list[Launch]:
@@ -73,6 +120,8 @@ class PsJob(Job):
         options = {"mode": w.mode, "shards": shards, **training_options(spec),
                    "staleness": w.staleness if w.mode == "ssp" else None,
                    "backup_workers": w.backup_workers if w.mode == "backup" else None,
+                   "lr_rule": w.lr_rule, "eval_every": w.eval_every,
+                   "compute_ms": f"{w.compute_ms:g}" if w.compute_ms else None,
                    # spec ranks count workers only; the PS app numbers its servers first
                    "slowdown": [f"{shards + s.rank}:{s.factor:g}" for s in w.stragglers]}
         argvs = APP_COMMANDS["ps"](endpoints(ips, hosts), out_dir, RENDEZVOUS_PORT, options)
@@ -118,15 +167,45 @@ class PsJob(Job):
         return a.tables["iterations"], waits_on
 
     def tables(self, a) -> dict:
+        from incastlab.analysis import accuracy
+
         workers = a.tables["workers_raw"]
+        curve = accuracy.curve(workers)
         return {"staleness": rep.training.staleness(workers),
-                "discarded": rep.training.discarded(workers)}
+                "discarded": rep.training.discarded(workers),
+                "accuracy": curve,
+                "time_to_accuracy": accuracy.reach(curve, runview.workload(a).target_accuracy),
+                "lr_rule": accuracy.lr_rule(workers)}
 
     def plots(self, a) -> dict:
         t = a.tables
-        return {"staleness": lambda path: rep.plotting.staleness_hist(t["staleness"], path)}
+        target = runview.workload(a).target_accuracy
+        return {"staleness": lambda path: rep.plotting.staleness_hist(t["staleness"], path),
+                "accuracy": lambda path: rep.plotting.accuracy_curves(
+                    [(runview.workload(a).mode, t["accuracy"])], path, target)}
 
     def sections(self, a, figs) -> list[Section]:
+        return [self._accuracy_section(a, figs)] + self._staleness_sections(a, figs)
+
+    def _accuracy_section(self, a, figs) -> Section:
+        """The learning-rate rule, and held-out accuracy over time and gradients."""
+        from incastlab.analysis import accuracy
+
+        w = runview.workload(a)
+        title = "Parameter server: learning rate and time to accuracy"
+        rule = accuracy.rule_sentence(a.tables.get("lr_rule") or {})
+        run = accuracy.run_sentence(a.tables.get("accuracy"),
+                                    a.tables.get("time_to_accuracy") or {},
+                                    w.target_source or None, a.tables.get("staleness"))
+        if not run:
+            run = ("No held-out evaluations in the logs (the PS evaluates only when it "
+                   "holds the whole model: shards = 1).")
+        text = " ".join(t for t in (rule, run) if t)
+        return Section(title, f"<p>{rep.render.esc(text)}</p>"
+                       + rep.render.img(figs.get("accuracy"), "held-out accuracy"),
+                       text + "\n")
+
+    def _staleness_sections(self, a, figs) -> list[Section]:
         stale, disc = a.tables["staleness"], a.tables["discarded"]
         mean = float(stale.mean()) if len(stale) else None
         disc_html = ("<h3>Late gradients discarded by the PS (backup workers)</h3>"
@@ -140,3 +219,45 @@ class PsJob(Job):
                         f"staleness mean {rep.render.fmt(mean)}\n"
                         + (f"\nDiscarded gradients:\n\n{rep.render.df_md(disc)}"
                            if disc_html else ""))]
+
+    def metrics(self) -> list:
+        return list(_metrics())
+
+
+@functools.cache
+def _metrics() -> tuple:
+    """The PS job's headline metrics (declared once: the same objects on every call)."""
+    from incastlab.analysis.metrics import Metric
+
+    def reached(key):
+        def f(a):
+            r = a.tables.get("time_to_accuracy") or {}
+            return r.get(key) if r.get("reached") else None
+        return f
+
+    def why_not(a):
+        r = a.tables.get("time_to_accuracy") or {}
+        if not r.get("evaluations"):
+            return ("no eval events in the logs (the PS evaluates held-out accuracy only "
+                    "with shards = 1)")
+        if r.get("target") is None:
+            return "no workload.target_accuracy in the spec"
+        return f"the target {r['target']:g} was not reached (best {r.get('best', 0):.3f})"
+
+    def rate(a):
+        return (a.tables.get("lr_rule") or {}).get("rate_mean")
+
+    return (
+        Metric("time_to_target_s", "time to the target accuracy", "s",
+               "Seconds from the start of training (the PS's first evaluation) to the "
+               "first held-out evaluation at or above workload.target_accuracy.",
+               reached("t_s"), ("workers",), why_not, cli=True, plot=True),
+        Metric("gradients_to_target", "gradients to the target accuracy", "gradients",
+               "Gradients the PS had applied at the first held-out evaluation at or above "
+               "workload.target_accuracy.",
+               reached("applied"), ("workers",), why_not, plot=True),
+        Metric("lr_per_gradient", "learning rate per gradient", "",
+               "The rate each gradient was applied with under the run's learning-rate "
+               "rule (workload.lr_rule), mean over the applied gradients.",
+               rate, ("workers",), "no rates in the PS's update events"),
+    )
