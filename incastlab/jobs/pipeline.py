@@ -260,14 +260,24 @@ class PipelineJob(Job):
     def metrics(self) -> list:
         from incastlab.analysis.metrics import Metric
 
+        def measured(key):
+            # only a run with the pipeline's span events has them (metrics are evaluated
+            # on every run, of any kind)
+            def f(a):
+                sp = getattr(a, "tables", {}).get("pipeline_spans")
+                if not isinstance(sp, pd.DataFrame) or sp.empty:
+                    return None
+                return self.bubble_summary(a)[key]
+            return f
+
         return [Metric("pipeline_bubble", "pipeline bubble fraction", "fraction",
                        "Idle share of the pipeline's stages in a step (first forward to "
                        "last backward), mean of the steps after the first.",
-                       lambda a: self.bubble_summary(a)["measured"], ("workers",),
+                       measured("measured"), ("workers",),
                        "no span events in the stages' logs", cli=True),
                 Metric("pipeline_bubble_model", "bubble fraction (S−1)/(M+S−1)", "fraction",
                        "The bubble fraction of equal stages with free messages.",
-                       lambda a: self.bubble_summary(a)["model"], ("workers",))]
+                       measured("model"), ("workers",), "no span events in the stages' logs")]
 
 
 def timeline_plot(sp: pd.DataFrame, sm: dict, path):
