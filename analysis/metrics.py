@@ -89,8 +89,12 @@ class Metric:
     compare: bool = True
 
     def applies(self, kind: str | None) -> bool:
-        """Whether a run of job `kind` measures this metric (unknown kind: yes)."""
-        return not self.kinds or kind is None or kind in self.kinds
+        """Whether a run of job `kind` measures this metric (unknown kind: yes).
+        `kinds` may hold TRAINING: every job kind whose workers log `iteration` events
+        (its `progress_event`), whatever it is called."""
+        if not self.kinds or kind is None or kind in self.kinds:
+            return True
+        return TRAINING in self.kinds and _logs_iterations(kind)
 
     def text(self, value) -> str:
         """The value as shown in tables ('n/a' for None), without the unit."""
@@ -196,7 +200,17 @@ def _balance_note(a):
         "no leaf-spine links or no byte counters on them"
 
 
-_ITER = ("ps", "ring")
+TRAINING = "*training"   # in Metric.kinds: every job that logs iteration events
+
+
+def _logs_iterations(kind: str) -> bool:
+    from incastlab.jobs import JOBS
+
+    job = JOBS.get(kind)
+    return job is not None and job.progress_event == "iteration"
+
+
+_ITER = (TRAINING,)
 HEADLINE: list[Metric] = [
     Metric("iteration_time_mean_s", "mean iteration time", "s",
            "Wall-clock time of one worker iteration (compute + communication + waiting), "

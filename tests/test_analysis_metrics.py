@@ -40,7 +40,7 @@ def test_declarations_are_complete_and_keys_stable():
         assert m.label and m.unit is not None and m.meaning.endswith(".")
         assert "\n" not in m.meaning and len(m.meaning) <= 240, m.name  # one line
         assert set(m.inputs) <= set(metrics.INPUTS), m.name
-        assert m.kinds == () or set(m.kinds) <= {"ps", "ring", "incast"}
+        assert m.kinds == () or set(m.kinds) <= {"ps", "ring", "incast", metrics.TRAINING}
     # what compare and the CLI showed before the list was declared once
     assert {m.name for m in metrics.plotted()} == {
         "iteration_time_mean_s", "goodput_mbps", "throughput_mbps", "retransmissions",
@@ -322,3 +322,22 @@ def test_run_kind_is_what_ran_else_what_was_asked():
     assert metrics.run_kind("sync", {}) == "ps"
     assert metrics.run_kind(None, {"workload": {"kind": "incast"}}) == "incast"
     assert metrics.run_kind("no-such-mode", {}) is None and metrics.run_kind(None, {}) is None
+
+
+def test_iteration_metrics_apply_to_every_job_that_logs_iterations():
+    """The iteration-time metrics name no job kinds: a job registered later that logs
+    iteration events gets them, one that counts rounds does not."""
+    from incastlab import jobs
+    from incastlab.jobs.ring import RingJob
+
+    class Laps(RingJob):
+        kind = "laps"
+        logged_modes = ()
+
+    jobs.register(Laps())
+    try:
+        names = {m.name for m in metrics.metrics_for("laps")}
+        assert "iteration_time_mean_s" in names and "step_time_mean_s" in names
+        assert "iteration_time_mean_s" not in {m.name for m in metrics.metrics_for("incast")}
+    finally:
+        jobs.unregister("laps")
