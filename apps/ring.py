@@ -465,6 +465,8 @@ def run(args: argparse.Namespace, log: common.JsonLog) -> None:
                       slowdown=common.slowdown_factor(args, args.rank))
     log.write("start", role="ring", rank=args.rank, world_size=n, mode=args.impl,
               algorithm=args.algorithm if args.impl == "ring" else None, leaves=args.leaves,
+              tree_slices=tree_slices(trainer.n_params * BYTES_PER_PARAM)
+              if args.algorithm == "tree" and args.impl == "ring" else None,
               param_count=trainer.n_params, gradient_bytes=trainer.n_params * BYTES_PER_PARAM,
               t=time.time(), **common.host_info(args.iface), slowdown=trainer.slowdown,
               options=common.options(args))
