@@ -438,6 +438,8 @@ def throughput_series(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
     edges = np.arange(t0, t1 + bin_s, bin_s)
     if len(edges) < 2:
         edges = np.array([t0, t0 + bin_s])
+    if edges[-1] < t1:  # arange's float steps can stop just short of the last packet
+        edges = np.append(edges, edges[-1] + bin_s)
     frames = []
     for f in flows.itertuples(index=False):
         fwd, _ = _flow_packets(tcp, (f.src, f.dst, f.sport, f.dport), f.sender_iface)

@@ -1,0 +1,201 @@
+"""Mutation score of the analysis and spec code: would the unit tests notice a bug?
+
+mutmut 3 plants one small bug at a time (an operator flipped, a constant changed, a
+call's argument dropped, ...) into a module and runs the unit tests that exercise it;
+a mutant the tests do not fail on "survived". Not part of CI: it takes minutes per
+module on 2 cores. Run it before and after changing one of these modules or its tests:
+
+    .venv/bin/python benchmarks/mutation_score.py                    # all four modules
+    .venv/bin/python benchmarks/mutation_score.py analysis/tcp.py    # one
+    .venv/bin/python benchmarks/mutation_score.py --diffs            # survivors' diffs too
+
+It never touches the working tree: each module is mutated in a scratch copy
+(default /tmp/incastlab-mutation/<module>/), laid out as the installed package
+(incastlab/analysis/tcp.py, not analysis/tcp.py) so the tests import the mutated copy
+and not the editable install's folders. Modules run one after another, with one
+mutmut worker by default (the machine is shared), each bounded by --timeout-s.
+Prints per module: mutants, killed, survived, others (timeouts, no tests), score
+(killed / all), the survivors' names; ends with one JSON line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# module -> the unit-test files that exercise it (only these run against its mutants)
+MODULES: dict[str, list[str]] = {
+    "analysis/tcp.py": ["tests/test_analysis_tcp.py", "tests/test_analysis_tcp_mutants.py"],
+    "analysis/reconcile.py": ["tests/test_analysis_units.py",
+                              "tests/test_analysis_reconcile_mutants.py"],
+    "analysis/pcap.py": ["tests/test_analysis_pcap.py", "tests/test_analysis_pcap_mutants.py"],
+    "incastlab/spec.py": ["tests/test_spec.py", "tests/test_spec_mutants.py"],
+}
+# repository folders mapped into the incastlab namespace by setup.py
+MAPPED = ["analysis", "apps", "controller", "topologies"]
+# data the tests read relative to the repository root: specs/ (test_spec), and the
+# mapped folders as plain files too (specs name controller/examples/*.py by path)
+ALSO_COPY = ["specs", *MAPPED]
+IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "mutants", ".venv", "runs")
+# mutmut's exit codes -> status (mutmut/stats.py); 1 and 3 are test failures = killed
+KILLED = {1, 3}
+SURVIVED = {0}
+
+
+def installed_path(module: str) -> str:
+    """'analysis/tcp.py' -> 'incastlab/analysis/tcp.py' (the namespace setup.py builds)."""
+    top = module.split("/", 1)[0]
+    return f"incastlab/{module}" if top in MAPPED else module
+
+
+def build_scratch(scratch: Path, module: str, tests: list[str]) -> None:
+    """A copy of the repository in the installed package's layout, with mutmut's
+    configuration for one module and its tests."""
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    scratch.mkdir(parents=True)
+    shutil.copytree(ROOT / "incastlab", scratch / "incastlab", ignore=IGNORE)
+    for name in MAPPED:
+        shutil.copytree(ROOT / name, scratch / "incastlab" / name, ignore=IGNORE)
+    shutil.copytree(ROOT / "tests", scratch / "tests", ignore=IGNORE)
+    for name in ALSO_COPY:
+        shutil.copytree(ROOT / name, scratch / name, ignore=IGNORE)
+    build_config(scratch, module, tests)
+
+
+def build_config(scratch: Path, module: str, tests: list[str]) -> None:
+    """pyproject.toml of the scratch copy: pytest's settings and mutmut's for `module`."""
+    pytest_cfg = textwrap.dedent("""\
+        [tool.pytest.ini_options]
+        testpaths = ["tests"]
+        markers = ["root: needs root, real Open vSwitch and Mininet (skipped otherwise)"]
+        addopts = "--strict-markers"
+        filterwarnings = ["ignore:distutils Version classes are deprecated:DeprecationWarning"]
+        """)
+    mutmut_cfg = textwrap.dedent(f"""\
+        [tool.mutmut]
+        source_paths = ["incastlab"]
+        only_mutate = [{json.dumps(installed_path(module))}]
+        also_copy = {json.dumps(ALSO_COPY)}
+        pytest_add_cli_args = ["-p", "no:cacheprovider", "-m", "not root", "-q", "-x"]
+        pytest_add_cli_args_test_selection = {json.dumps(tests)}
+        use_git_change_detection = false
+        """)
+    (scratch / "pyproject.toml").write_text(pytest_cfg + "\n" + mutmut_cfg)
+
+
+def read_results(scratch: Path, module: str) -> dict[str, int | None]:
+    """{mutant name: exit code} from mutmut's own record (mutants/<path>.meta)."""
+    meta = scratch / "mutants" / (installed_path(module) + ".meta")
+    if not meta.exists():
+        return {}
+    return json.loads(meta.read_text())["exit_code_by_key"]
+
+
+def diffs(scratch: Path, names: list[str]) -> str:
+    """The survivors' diffs, asked of mutmut in one process."""
+    if not names:
+        return ""
+    code = ("import sys\nfrom mutmut.__main__ import show\n"
+            "for n in sys.argv[1:]:\n    show.callback(n)\n")
+    p = subprocess.run([sys.executable, "-c", code, *names], cwd=scratch,
+                       capture_output=True, text=True, check=False)
+    return p.stdout + (p.stderr if p.returncode else "")
+
+
+def run_module(module: str, workdir: Path, children: int, timeout_s: float,
+               show_diffs: bool, rerun: bool) -> dict:
+    tests = [t for t in MODULES[module] if (ROOT / t).exists()]
+    scratch = workdir / module.replace("/", "_").removesuffix(".py")
+    names: list[str] = []
+    previous = read_results(scratch, module) if rerun else {}
+    if previous:
+        # Only the tests changed since the last run (the source must not have: rebuild
+        # when it did). Killed mutants stay killed when tests are only added, so
+        # re-running the rest gives the score a fresh run would.
+        names = sorted(k for k, v in previous.items() if v not in KILLED)
+        shutil.copytree(ROOT / "tests", scratch / "tests", ignore=IGNORE, dirs_exist_ok=True)
+        build_config(scratch, module, tests)
+    else:
+        build_scratch(scratch, module, tests)
+    t0 = time.monotonic()
+    log = scratch / "mutmut.log"
+    with open(log, "w") as out:
+        try:
+            proc = subprocess.run([sys.executable, "-m", "mutmut", "run",
+                                   "--max-children", str(children), *names],
+                                  cwd=scratch, stdout=out, stderr=subprocess.STDOUT,
+                                  timeout=timeout_s, check=False, start_new_session=True)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    elapsed = time.monotonic() - t0
+    res = read_results(scratch, module)
+    killed = sorted(k for k, v in res.items() if v in KILLED)
+    survived = sorted(k for k, v in res.items() if v in SURVIVED)
+    other = sorted(k for k, v in res.items() if v not in KILLED | SURVIVED)
+    n = len(res)
+    row = {"module": module, "tests": tests, "mutants": n, "killed": len(killed),
+           "survived": len(survived), "other": len(other),
+           "score": round(len(killed) / n, 4) if n else None,
+           "elapsed_s": round(elapsed, 1), "mutmut_rc": rc, "log": str(log),
+           "survivors": survived, "others": {k: res[k] for k in other}}
+    print(f"\n== {module}  ({', '.join(tests)}; {elapsed:.0f} s, mutmut exit {rc})")
+    if not n:
+        print(f"   no mutants recorded: see {log}")
+        return row
+    print(f"   mutants {n}  killed {len(killed)}  survived {len(survived)}  "
+          f"other {len(other)}  score {len(killed) / n:.1%}")
+    for name in survived:
+        print(f"   survived: {name}")
+    for name in other:
+        print(f"   not killed ({res[name]}): {name}")
+    if show_diffs:
+        print(diffs(scratch, survived))
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("modules", nargs="*", metavar="MODULE",
+                    help=f"default: all of {', '.join(MODULES)}")
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/incastlab-mutation"))
+    ap.add_argument("--children", type=int, default=1,
+                    help="parallel mutmut workers (default 1: a shared 2-core machine)")
+    ap.add_argument("--timeout-s", type=float, default=1800,
+                    help="bound on one module's whole run (default 1800 s)")
+    ap.add_argument("--diffs", action="store_true", help="print each survivor's diff")
+    ap.add_argument("--rerun", action="store_true",
+                    help="keep the last run's scratch copy and re-run only the mutants it "
+                         "did not kill, against the current tests (after adding tests)")
+    args = ap.parse_args(argv)
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        ap.error(f"unknown module(s) {unknown}; choose from {list(MODULES)}")
+    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    rows = [run_module(m, args.workdir, args.children, args.timeout_s, args.diffs,
+                       args.rerun)
+            for m in (args.modules or list(MODULES))]
+    print("\n| module | mutants | killed | survived | other | score |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        score = f"{r['score']:.1%}" if r["score"] is not None else "n/a"
+        print(f"| {r['module']} | {r['mutants']} | {r['killed']} | {r['survived']} | "
+              f"{r['other']} | {score} |")
+    print(json.dumps({"benchmark": "mutation_score",
+                      "modules": {r["module"]: {k: r[k] for k in
+                                                ("mutants", "killed", "survived", "other",
+                                                 "score", "elapsed_s")} for r in rows}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
