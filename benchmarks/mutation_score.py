@@ -56,18 +56,18 @@ def installed_path(module: str) -> str:
     return f"incastlab/{module}" if top in MAPPED else module
 
 
-def build_scratch(scratch: Path, module: str, tests: list[str]) -> None:
+def build_scratch(src: Path, scratch: Path, module: str, tests: list[str]) -> None:
     """A copy of the repository in the installed package's layout, with mutmut's
     configuration for one module and its tests."""
     if scratch.exists():
         shutil.rmtree(scratch)
     scratch.mkdir(parents=True)
-    shutil.copytree(ROOT / "incastlab", scratch / "incastlab", ignore=IGNORE)
+    shutil.copytree(src / "incastlab", scratch / "incastlab", ignore=IGNORE)
     for name in MAPPED:
-        shutil.copytree(ROOT / name, scratch / "incastlab" / name, ignore=IGNORE)
-    shutil.copytree(ROOT / "tests", scratch / "tests", ignore=IGNORE)
+        shutil.copytree(src / name, scratch / "incastlab" / name, ignore=IGNORE)
+    shutil.copytree(src / "tests", scratch / "tests", ignore=IGNORE)
     for name in ALSO_COPY:
-        shutil.copytree(ROOT / name, scratch / name, ignore=IGNORE)
+        shutil.copytree(src / name, scratch / name, ignore=IGNORE)
     build_config(scratch, module, tests)
 
 
@@ -111,9 +111,28 @@ def diffs(scratch: Path, names: list[str]) -> str:
     return p.stdout + (p.stderr if p.returncode else "")
 
 
-def run_module(module: str, workdir: Path, children: int, timeout_s: float,
+def source_tree(workdir: Path, ref: str | None) -> Path:
+    """The files to test: the working tree, or (``--ref``) a git revision's, exported
+    with ``git archive`` (others' uncommitted edits in a shared tree then do not count)."""
+    if ref is None:
+        return ROOT
+    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", ref + "^{commit}"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    out = workdir / f"src-{rev[:12]}"
+    if not out.exists():
+        tmp = workdir / f"src-{rev[:12]}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+        tmp.rename(out)
+    return out
+
+
+def run_module(module: str, src: Path, workdir: Path, children: int, timeout_s: float,
                show_diffs: bool, rerun: bool) -> dict:
-    tests = [t for t in MODULES[module] if (ROOT / t).exists()]
+    tests = [t for t in MODULES[module] if (src / t).exists()]
     scratch = workdir / module.replace("/", "_").removesuffix(".py")
     names: list[str] = []
     previous = read_results(scratch, module) if rerun else {}
@@ -122,10 +141,10 @@ def run_module(module: str, workdir: Path, children: int, timeout_s: float,
         # when it did). Killed mutants stay killed when tests are only added, so
         # re-running the rest gives the score a fresh run would.
         names = sorted(k for k, v in previous.items() if v not in KILLED)
-        shutil.copytree(ROOT / "tests", scratch / "tests", ignore=IGNORE, dirs_exist_ok=True)
+        shutil.copytree(src / "tests", scratch / "tests", ignore=IGNORE, dirs_exist_ok=True)
         build_config(scratch, module, tests)
     else:
-        build_scratch(scratch, module, tests)
+        build_scratch(src, scratch, module, tests)
     t0 = time.monotonic()
     log = scratch / "mutmut.log"
     with open(log, "w") as out:
@@ -173,6 +192,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout-s", type=float, default=1800,
                     help="bound on one module's whole run (default 1800 s)")
     ap.add_argument("--diffs", action="store_true", help="print each survivor's diff")
+    ap.add_argument("--ref", metavar="REV",
+                    help="test a git revision's files (e.g. HEAD) instead of the working tree")
     ap.add_argument("--rerun", action="store_true",
                     help="keep the last run's scratch copy and re-run only the mutants it "
                          "did not kill, against the current tests (after adding tests)")
@@ -181,7 +202,8 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown module(s) {unknown}; choose from {list(MODULES)}")
     os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
-    rows = [run_module(m, args.workdir, args.children, args.timeout_s, args.diffs,
+    src = source_tree(args.workdir, args.ref)
+    rows = [run_module(m, src, args.workdir, args.children, args.timeout_s, args.diffs,
                        args.rerun)
             for m in (args.modules or list(MODULES))]
     print("\n| module | mutants | killed | survived | other | score |")
