@@ -71,7 +71,32 @@ def build_scratch(src: Path, scratch: Path, module: str, tests: list[str]) -> No
     build_config(scratch, module, tests)
 
 
-def build_config(scratch: Path, module: str, tests: list[str]) -> None:
+_FAILING = """
+import json, sys
+import pytest
+class Failed:
+    ids = []
+    def pytest_runtest_logreport(self, report):
+        if report.failed and report.nodeid not in self.ids:
+            self.ids.append(report.nodeid)
+f = Failed()
+pytest.main(["-q", "-p", "no:cacheprovider", "-m", "not root", "--tb=line", *sys.argv[2:]],
+            plugins=[f])
+json.dump(f.ids, open(sys.argv[1], "w"))
+"""
+
+
+def failing_tests(scratch: Path, tests: list[str]) -> list[str]:
+    """Tests that fail before any mutation (in a shared tree: someone's unfinished
+    change). mutmut needs a green start, so they are left out, and said so."""
+    out = scratch / "failing-before.json"
+    subprocess.run([sys.executable, "-c", _FAILING, str(out), *tests], cwd=scratch,
+                   capture_output=True, check=False)
+    return json.loads(out.read_text()) if out.exists() else []
+
+
+def build_config(scratch: Path, module: str, tests: list[str],
+                 deselect: list[str] = ()) -> None:
     """pyproject.toml of the scratch copy: pytest's settings and mutmut's for `module`."""
     pytest_cfg = textwrap.dedent("""\
         [tool.pytest.ini_options]
@@ -85,7 +110,8 @@ def build_config(scratch: Path, module: str, tests: list[str]) -> None:
         source_paths = ["incastlab"]
         only_mutate = [{json.dumps(installed_path(module))}]
         also_copy = {json.dumps(ALSO_COPY)}
-        pytest_add_cli_args = ["-p", "no:cacheprovider", "-m", "not root", "-q", "-x"]
+        pytest_add_cli_args = {json.dumps(["-p", "no:cacheprovider", "-m", "not root", "-q", "-x",
+                                          *(a for t in deselect for a in ("--deselect", t))])}
         pytest_add_cli_args_test_selection = {json.dumps(tests)}
         use_git_change_detection = false
         """)
@@ -145,6 +171,12 @@ def run_module(module: str, src: Path, workdir: Path, children: int, timeout_s: 
         build_config(scratch, module, tests)
     else:
         build_scratch(src, scratch, module, tests)
+    broken = failing_tests(scratch, tests)
+    if broken:
+        print(f"   {len(broken)} test(s) fail before any mutation; left out of this run:")
+        for name in broken:
+            print(f"     {name}")
+        build_config(scratch, module, tests, broken)
     t0 = time.monotonic()
     log = scratch / "mutmut.log"
     with open(log, "w") as out:
@@ -166,6 +198,7 @@ def run_module(module: str, src: Path, workdir: Path, children: int, timeout_s: 
            "survived": len(survived), "other": len(other),
            "score": round(len(killed) / n, 4) if n else None,
            "elapsed_s": round(elapsed, 1), "mutmut_rc": rc, "log": str(log),
+           "failing_before": broken,
            "survivors": survived, "others": {k: res[k] for k in other}}
     print(f"\n== {module}  ({', '.join(tests)}; {elapsed:.0f} s, mutmut exit {rc})")
     if not n:
