@@ -261,6 +261,19 @@ def compare_findings(table: pd.DataFrame, target: float | None,
     return out
 
 
+def run_inputs(a) -> dict:
+    """What :func:`compare_section` needs of one analysed run (report.Analysis):
+    ``accuracy`` (its curve), ``staleness`` (the values, a Series) and ``iteration_s``
+    (mean iteration time, s)."""
+    t = a.tables
+    c = t.get("accuracy")
+    if not isinstance(c, pd.DataFrame):
+        c = curve(t.get("workers_raw"))
+    stale = t.get("staleness")
+    return {"accuracy": c, "staleness": stale if isinstance(stale, pd.Series) else None,
+            "iteration_s": (a.metrics.get("training") or {}).get("mean_s")}
+
+
 def compare_section(runs: list[dict], out_dir) -> tuple[str, list[Path], dict]:
     """compare.html's time-to-accuracy section for ``runs`` (dicts with ``group``,
     ``spec``, ``accuracy`` (a :func:`curve`), ``staleness``, ``iteration_s``):

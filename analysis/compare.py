@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import metrics, plots
+from . import accuracy, metrics, plots
 from .render import CSS, _img
 from .report import _jsonable, analyse
 
@@ -491,6 +491,10 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
         if p:
             figs.append(p)
     checks = confounds(used)
+    # time to accuracy, where the runs logged held-out evaluations (analysis/accuracy.py)
+    tta_html, tta_figs, tta = accuracy.compare_section(
+        [{**accuracy.run_inputs(r["analysis"]), "group": r["group"], "spec": r["spec"]}
+         for r in used], out)
     left_out = [r for r in runs if r not in used]
     body = [f"<h1>Comparison of {len(runs)} runs</h1>"]
     if left_out:
@@ -504,6 +508,7 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
                 "t; [low, high] where the interval stops at 0); with fewer, each run's value."
                 "</p>")
     body.append(confounds_html(checks))
+    body.append(tta_html)
     body.append("<h2>Headline metrics</h2>" + headline_table(table, declared))
     body.append("<h2>Plots</h2>" + "".join(_img(p, p.stem) for p in figs))
     if not_drawn:
@@ -522,8 +527,9 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
                                            for r in runs],
         "confounds": [{"check": c.check, "differs": c.differs, "text": c.text}
                       for c in checks],
+        "time_to_accuracy": tta,
         "table": table.to_dict(orient="records")}), indent=2, default=str))
-    return {"report": report, "table": table_path, "metrics": mpath, "plots": figs,
+    return {"report": report, "table": table_path, "metrics": mpath, "plots": figs + tta_figs,
             "confounds": checks}
 
 

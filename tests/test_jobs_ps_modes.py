@@ -277,3 +277,68 @@ def test_compare_section_writes_the_figure(tmp_path):
     assert summary["target"] == 0.8 and json.dumps(summary, default=str)
     assert accuracy.compare_section([{"group": "x", "spec": {}, "accuracy": None}],
                                     tmp_path) == ("", [], {})
+
+
+# ----------------------------------------------------------------------------- reports
+
+T0 = 1_700_000_000.0
+SPEC = """[workload]
+kind = "ps"
+mode = "{mode}"
+workers = 4
+target_accuracy = 0.8
+target_source = "a measurement"
+"""
+
+
+def ps_run(path, mode, evals, stale, rule, rate):
+    """A run directory whose PS logged `evals` (times relative to T0) and one update per
+    staleness value, under learning-rate rule `rule` with `rate` per gradient."""
+    from incastlab.analysis.synthetic import make_run_dir
+
+    server = [{"event": "start", "role": "server", "rank": 0, "mode": mode, "t": T0,
+               "lr": 0.2, "lr_rule": rule, "lr_rule_default": True, "workers": 4}]
+    server += [{"event": "update", "version": i + 1, "t": T0 + i, "from_ranks": [1],
+                "staleness": [s], "rates": [rate]} for i, s in enumerate(stale)]
+    server += [dict(e, event="eval", t=T0 + e["t"] - 100.0) for e in evals]
+    return make_run_dir(path, workers={0: server}, spec_text=SPEC.format(mode=mode), t0=T0)
+
+
+def test_report_states_rule_rate_and_time_to_target(tmp_path):
+    from incastlab.analysis.report import build_report
+
+    run = ps_run(tmp_path / "async", "async", EVALS, [0, 2, 4], "per_worker", 0.05)
+    out = build_report(run)
+    m = json.loads(out["metrics"].read_text())
+    assert m["headline"]["time_to_target_s"] == 7.0
+    assert m["headline"]["gradients_to_target"] == 12
+    assert m["headline"]["lr_per_gradient"] == pytest.approx(0.05, rel=1e-12)  # a mean
+    page = out["report"].read_text()
+    assert "Learning-rate rule per_worker (the default for async): lr / N for every " \
+           "gradient (N workers) = 0.2 / 4 = 0.05 per gradient" in page
+    assert "Target 0.800 (source: a measurement): reached after 7 s and 12 gradients " \
+           "applied" in page
+    assert (out["report"].parent / "plots" / "accuracy.png").exists()
+    never = ps_run(tmp_path / "sync", "sync", [dict(e, accuracy=0.5) for e in EVALS],
+                   [0], "mean", 0.05)
+    m = json.loads(build_report(never, plots=False)["metrics"].read_text())
+    assert m["headline"]["time_to_target_s"] is None
+    assert m["headline_na"]["time_to_target_s"] == \
+        "the target 0.8 was not reached (best 0.500)"
+
+
+def test_compare_of_modes_says_who_reached_the_target_first(tmp_path):
+    from incastlab.analysis.compare import compare_runs
+
+    slow = [dict(e, t=100 + 3 * (e["t"] - 100)) for e in EVALS]
+    runs = [ps_run(tmp_path / "sync", "sync", slow, [0, 0], "mean", 0.05),
+            ps_run(tmp_path / "async", "async", EVALS, [1, 5], "per_worker", 0.05)]
+    out = compare_runs(runs, tmp_path / "cmp")
+    page = out["report"].read_text()
+    assert "mode=async reached the target accuracy 0.8 first (source: a measurement), " \
+           "7 s after training started and after 12 gradients applied; mode=sync 14 s " \
+           "later (21 s, 3× as long; 12 gradients)" in page
+    assert "mode=sync mean 0, max 0; mode=async mean 3, max 5" in page
+    tta = json.loads(out["metrics"].read_text())["time_to_accuracy"]
+    assert tta["target"] == 0.8 and len(tta["table"]) == 2
+    assert any(p.name == "compare_accuracy.png" for p in out["plots"])
