@@ -561,6 +561,15 @@ def _phase_seconds(flows: Sequence[tuple[int, int, float]], rates: Sequence[floa
                 cands[f"uplinks of {leaf}"] = n * (fa if down.get(leaf) else f) / cap
             for leaf, n in down.items():
                 cands[f"downlinks into {leaf}"] = n * (fa if up.get(leaf) else f) / cap
+            # a TCP flow takes one path (every policy here routes per flow), so a flow
+            # that crosses the spines moves over one leaf-spine link at a time, however
+            # many spines its leaf has
+            for s, d, n in flows:
+                if leaves[s] != leaves[d]:
+                    frame = fa if (d, s) in {(a, b) for a, b, _ in flows} else f
+                    t = n * frame / bytes_per_s(fabric_mbps)
+                    if t > cands.get("one flow's spine link", 0.0):
+                        cands["one flow's spine link"] = t
     if not cands:
         return 0.0, ""
     name = max(cands, key=lambda k: cands[k])

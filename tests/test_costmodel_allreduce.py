@@ -102,3 +102,12 @@ def test_allreduce_bound_dispatches_and_refuses_unknown_names():
         pytest.approx(2 * F + FA)
     with pytest.raises(ValueError, match="butterfly"):
         cm.allreduce_bound("butterfly", 4, M, 8)
+
+
+def test_one_flow_crosses_on_one_spine_link():
+    # N = 2 on two leaves with 2 spines of 4 Mbit/s: the leaf's spine links give 1 MB/s
+    # together, but each direction's one TCP flow takes one of them (0.5 MB/s): 1 MB
+    # each way, f' (the other flow's ACKs share the link)
+    b = cm.tree_bound(2, M, 8, slices=1_000_000, leaves=["a", "b"], spines=2, fabric_mbps=4)
+    assert b.terms["busiest_link"] == pytest.approx(2 * FA)
+    assert "one flow" in b.formula
