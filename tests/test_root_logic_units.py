@@ -409,3 +409,27 @@ def test_run_exit_code_follows_the_status(run_cli, monkeypatch):
     monkeypatch.setattr(common, "execute", lambda *a: "aborted")
     assert run_cli() == 1
 
+
+
+# ------------------------------------------------------------------ congestion control list
+
+@pytest.mark.parametrize("allowed, cc, during", [
+    ("reno bbr", "cubic", "reno bbr cubic"),   # added for the run ...
+    ("reno bbr cubic", "cubic", "reno bbr cubic"),  # ... only when missing
+])
+def test_allowed_congestion_controls_restored_after_the_run(tmp_path, monkeypatch, allowed,
+                                                             cc, during):
+    """A namespace may only pick an algorithm the root allows: a run adds its own to
+    tcp_allowed_congestion_control and puts the list back at teardown (README)."""
+    from incastlab import fabric
+    from incastlab.topologies.leafspine import StarTopo
+    fake = tmp_path / "tcp_allowed_congestion_control"
+    fake.write_text(allowed + "\n")
+    monkeypatch.setattr(fabric, "ALLOWED_CC", fake)
+    fab = fabric.Fabric(StarTopo(senders=1), congestion_control=cc)
+    fab._allow_congestion_control()
+    assert fake.read_text().split() == during.split()
+    fab.stop()  # nothing else was started: only the list to put back
+    assert fake.read_text().split() == allowed.split()
+    fab.stop()  # twice is safe
+    assert fake.read_text().split() == allowed.split()
