@@ -7,6 +7,7 @@ with the legend outside the axes; y axes start at zero unless the data are signe
 """
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -391,8 +392,9 @@ def reconciliation_bars(totals: pd.DataFrame, path) -> Path | None:
                    color="tab:gray" if kernel else "tab:blue")
             ax.text(x, r["value"], f"{r['value']:g}", ha="center", va="bottom",
                     fontsize="x-small")
-    ax.set_xticks(range(len(measures)), [m.replace(" in ", "\nin ").replace(" after", "\nafter")
-                                         for m in measures], fontsize="small")
+    # wrapped to the bar group's width: long measure names ran into each other
+    ax.set_xticks(range(len(measures)), [textwrap.fill(m, 14) for m in measures],
+                  fontsize="small")
     ax.set_yscale("symlog", linthresh=10)
     ax.set_ylim(bottom=0)
     ax.legend(handles=[Patch(color="tab:gray", label="counters (tc / kernel)"),
@@ -500,7 +502,8 @@ def stacked_parts(parts: pd.DataFrame, path, xlabel: str = "iteration",
         pos += np.where(v >= 0, v, 0)
         neg += np.where(v < 0, v, 0)
     step = max(1, int(np.ceil(len(parts) / 20)))  # at most ~20 labels
-    ax.set_xticks(x[::step], [str(i) for i in parts.index][::step], fontsize="small")
+    labels = [f"{i:g}" if isinstance(i, float) else str(i) for i in parts.index]
+    ax.set_xticks(x[::step], labels[::step], fontsize="small")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("seconds")
     if title:
@@ -542,3 +545,34 @@ def accuracy_curves(curves: list[tuple[str, pd.DataFrame]], path,
                 fontsize="small", frameon=False)
     return _save(fig, path)
 
+
+def sequence_plot(seq: dict, t0: float, path, title: str,
+                  rto_times=None) -> Path | None:
+    """tcptrace-style time-sequence graph of one flow at its sender: each data segment
+    as a vertical bar from its first to its last byte (MB of the sequence space), the
+    retransmitted ones in red, the cumulative ACK as a green step line, RTO firings as
+    dashed lines. `seq` is flowroles.sequence_data's dict."""
+    if not seq or not len(seq["t"]):
+        return None
+    fig, ax = plt.subplots(figsize=(10, 4))
+    t = seq["t"] - t0
+    lo, hi = seq["seq"] / 1e6, (seq["seq"] + seq["len"]) / 1e6
+    new = ~seq["retrans"]
+    ax.vlines(t[new], lo[new], hi[new], color="tab:blue", lw=1, label="data segment")
+    if seq["retrans"].any():
+        r = seq["retrans"]
+        ax.vlines(t[r], lo[r], hi[r], color="red", lw=2,
+                  label=f"retransmitted ({int(r.sum())})")
+        ax.scatter(t[r], hi[r], color="red", s=8, zorder=3)
+    if len(seq["ack_t"]):
+        ok = seq["ack"] >= 0
+        ax.step(seq["ack_t"][ok] - t0, seq["ack"][ok] / 1e6, where="post",
+                color="tab:green", lw=0.8, label="cumulative ACK")
+    for i, x in enumerate(rto_times if rto_times is not None else []):
+        ax.axvline(x - t0, color="k", ls="--", lw=0.7, label="RTO fired" if i == 0 else None)
+    ax.set_xlabel("time since run start (s)")
+    ax.set_ylabel("sequence number (MB from the flow's start)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title, fontsize="medium")
+    _legend_outside(ax)
+    return _save(fig, path)

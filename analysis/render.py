@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import fabricpic
+from . import flowroles as fr
 from . import jobcost, metrics
 from . import plots as plotting
 
@@ -28,7 +30,9 @@ def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
     jobs = {
         "queues": lambda p: plotting.queue_occupancy(t["queues_d"], hot, a.t0, p, limits,
                                                      labels),
-        "throughput": lambda p: plotting.flow_throughput(t["throughput"], a.t0, p),
+        "throughput": lambda p: plotting.flow_throughput(
+            fr.relabel(t["throughput"], t.get("flow_labels") or {}), a.t0, p),
+        "sequence": lambda p: _sequence(a, p),
         "retransmissions": lambda p: plotting.retrans_timeline(t["retrans"], a.t0, a.t1, p),
         "iterations": lambda p: plotting.iteration_breakdown(t["iterations"], p),
         "timeline": lambda p: plotting.iteration_timeline(
@@ -52,6 +56,24 @@ def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
             a.problems.append(f"plot {name} failed: {exc!r}")
             out[name] = None
     return out
+
+
+def _sequence(a, path):
+    """The time-sequence graph of the run's worst flow (flowroles.worst_flow)."""
+    t = a.tables
+    flow = fr.worst_flow(t["flows"], t["retrans"])
+    if flow is None:
+        return None
+    r = t["retrans"]
+    rto = r[(r["flow"] == flow) & (r["kind"] == "rto") & r["event"].astype(bool)]["t"] \
+        if len(r) else []
+    flows = t["flows"]
+    label = (t.get("flow_labels") or {}).get(flow, flow)
+    row = flows[flows["flow"] == flow].iloc[0]
+    return plotting.sequence_plot(
+        fr.sequence_data(t.get("tcp"), flows, flow), a.t0, path,
+        f"Worst flow: {label}\n{int(row['retrans_packets'])} retransmitted packets, "
+        f"{len(rto)} RTO(s); seen at {row['sender_iface']}", rto_times=list(rto))
 
 
 def banner(a) -> str | None:
@@ -81,13 +103,23 @@ TIME_COLUMNS = ("t", "start", "end", "t_first", "t_last", "last_data", "stall_st
                 "t_start", "t_end")
 
 
+def _is_time_column(name: str, col: pd.Series, t0: float) -> bool:
+    """An epoch-seconds column: named like one (TIME_COLUMNS, t_*) and holding values
+    near the run's start (a duration named t_* stays as it is)."""
+    if not (name in TIME_COLUMNS or str(name).startswith("t_")) or \
+            not pd.api.types.is_numeric_dtype(col):
+        return False
+    v = pd.to_numeric(col, errors="coerce").dropna()
+    return bool(len(v)) and t0 > 1e8 and bool((v > t0 - 86_400).all())
+
+
 def _rel(df: pd.DataFrame, t0: float) -> pd.DataFrame:
     """A copy for display with epoch-second columns made relative to the run start."""
     if df is None or df.empty:
         return df
     out = df.copy()
-    for c in TIME_COLUMNS:
-        if c in out and pd.api.types.is_numeric_dtype(out[c]):
+    for c in out.columns:
+        if _is_time_column(c, out[c], t0):
             out[c] = out[c] - t0
     return out
 
@@ -96,17 +128,36 @@ def _signed(v):
     return "n/a" if v is None else f"{v:+.3g} s"
 
 
-def _df_html(df: pd.DataFrame, max_rows=40) -> str:
+MAX_COLS = 11  # columns per HTML table before it is split (fits 1400 px with the keys)
+
+
+def _split_columns(df: pd.DataFrame, keys: int) -> list[pd.DataFrame]:
+    """The table as pieces of at most MAX_COLS columns, each repeating the first `keys`
+    columns (what identifies a row)."""
+    cols = list(df.columns)
+    if len(cols) <= MAX_COLS:
+        return [df]
+    head, rest = cols[:keys], cols[keys:]
+    step = max(1, MAX_COLS - keys)
+    return [df[head + rest[i:i + step]] for i in range(0, len(rest), step)]
+
+
+def _df_html(df: pd.DataFrame, max_rows=40, keys: int = 1, more: str | None = None) -> str:
+    """A table that fits the page: at most `max_rows` rows, split into pieces of at most
+    MAX_COLS columns (each repeating the first `keys`), long text wrapped. `more`: what
+    to say about rows not shown (default: how many)."""
     if df is None or df.empty:
         return "<p class='none'>(empty)</p>"
     d = df.head(max_rows)
-    more = f"<p class='none'>{len(df) - max_rows} more rows not shown.</p>" \
-        if len(df) > max_rows else ""
-    return d.to_html(index=False, na_rep="n/a", float_format=lambda x: _fmt(x, 4),
-                     classes="tbl", border=0, escape=True) + more
+    cut = f"{len(df) - max_rows} more rows not shown" if len(df) > max_rows else ""
+    note = f"<p class='none'>{html.escape(more or cut + '.')}</p>" if cut or more else ""
+    pieces = _split_columns(d, keys)
+    return "".join("<div class='wide'>" + p.to_html(
+        index=False, na_rep="n/a", float_format=lambda x: _fmt(x, 4), classes="tbl",
+        border=0, escape=True) + "</div>" for p in pieces) + note
 
 
-def _df_md(df: pd.DataFrame, max_rows=20) -> str:
+def _df_md(df: pd.DataFrame, max_rows=20, more: str | None = None) -> str:
     if df is None or df.empty:
         return "(empty)\n"
     d = df.head(max_rows).astype(object).where(df.head(max_rows).notna(), "n/a")
@@ -116,9 +167,54 @@ def _df_md(df: pd.DataFrame, max_rows=20) -> str:
         lines.append("| " + " | ".join(_fmt(r[c], 4) if isinstance(r[c], float) else str(r[c])
                                        for c in cols) + " |")
     if len(df) > max_rows:  # say so, as the HTML does: a cut table must not look whole
-        lines.append(f"\n({len(df) - max_rows} more rows not shown; see report.html or "
-                     "metrics.json)")
+        lines.append(f"\n({len(df) - max_rows} more rows not shown; "
+                     + (more or "see report.html") + ")")
     return "\n".join(lines) + "\n"
+
+
+def _csv_name(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name) + ".csv"
+
+
+def write_table(a, df: pd.DataFrame, name: str) -> str | None:
+    """Write the whole table to tables/<name>.csv in the report's directory; returns the
+    path relative to report.html (None: no output directory, or nothing to write)."""
+    out = getattr(a, "out_dir", None)
+    if out is None or df is None or df.empty:
+        return None
+    path = Path(out) / "tables" / _csv_name(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(path, index=False)
+    return f"tables/{path.name}"
+
+
+def table(a, df: pd.DataFrame, name: str, max_rows: int = 40, keys: int = 1,
+          full: pd.DataFrame | None = None, md_cols: list[str] | None = None,
+          md_rows: int = 20) -> tuple[str, str]:
+    """(html, markdown) of one table that fits the page and the whole of it as
+    tables/<name>.csv, linked from both. `full`: what the CSV holds (default `df`);
+    columns with no value at all are left out of the page (kept in the CSV)."""
+    link = write_table(a, full if full is not None else df, name)
+    shown = df.dropna(axis=1, how="all") if df is not None and len(df) else df
+    gone = [c for c in df.columns if c not in shown.columns] if shown is not None else []
+    where = f"the whole table: {link}" if link else None
+    h = _df_html(shown, max_rows, keys)
+    notes = []
+    if gone:
+        notes.append(f"columns without values left out: {', '.join(map(str, gone))}")
+    if link:
+        rows = len(full if full is not None else df)
+        notes.append(f"whole table ({rows} rows): <a href='{html.escape(link)}'>"
+                     f"{html.escape(link)}</a>")
+    if notes:
+        h += "<p class='none'>" + "; ".join(n if n.startswith("whole") else html.escape(n)
+                                             for n in notes) + "</p>"
+    md_df = shown[[c for c in md_cols if c in shown]] if md_cols and shown is not None \
+        else shown
+    m = _df_md(md_df, md_rows, more=where)
+    if link and (md_df is None or len(md_df) <= md_rows):
+        m += f"\n(whole table: {link})\n"
+    return h, m
 
 
 def _img(path: Path | None, alt: str) -> str:
@@ -151,6 +247,28 @@ def headline_section(a) -> tuple[str, str, str]:
     return "Headline numbers", head, "\n".join(md) + "\n"
 
 
+def fabric_section(a) -> tuple[str, str, str]:
+    """The fabric picture (fabricpic.py): switches, hosts with their roles, each link
+    direction coloured by its queue's peak and marked with its drops."""
+    if a.fabric is None:
+        return ("The fabric", *none(a.missing.get("fabric", "no fabric.json")))
+    roles = fr.host_roles(a.manifest)
+    try:
+        svg = fabricpic.fabric_svg(a.fabric, a.tables.get("queue_summary"), roles)
+    except Exception as exc:  # noqa: BLE001 - a drawing bug must not cost the report
+        a.problems.append(f"the fabric picture failed ({type(exc).__name__}: {exc})")
+        svg = "<p class='none'>(the picture could not be drawn)</p>"
+    policy = (a.spec.get("routing") or {}).get("policy")
+    text = (f"{a.fabric.spines} spine(s), {a.fabric.leaves} leaf switch(es), "
+            f"{len(a.fabric.hosts)} hosts; links {a.fabric.host_bw_mbps:g} Mbit/s to hosts"
+            + (f", {a.fabric.fabric_bw_mbps:g} Mbit/s leaf-spine"
+               if a.fabric.fabric_bw_mbps else "")
+            + f"; switch queues of {a.fabric.queue_packets} packets"
+            + (f"; routing policy {policy}" if policy else "") + ".")
+    md = text + "\n\n" + "".join(f"- {h}: {r}\n" for h, r in roles.items())
+    return "The fabric", f"<p>{html.escape(text)}</p>{svg}", md
+
+
 def findings_html(texts: list[str]) -> str:
     """The findings box at the top of report.html."""
     if not texts:
@@ -173,16 +291,20 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
         return f"<p class='none'>{html.escape(msg)}</p>", f"_{msg}_\n"
 
     out.append(headline_section(a))
+    out.append(fabric_section(a))
 
     # reconciliation
     recon = t["recon"]
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in recon["notes"])
-    hx = (_df_html(recon["totals"]) + "<h3>Per port (tc drops vs losses seen in captures)"
-          "</h3>" + _df_html(recon["ports"]) + "<h3>Per host (kernel vs captures)</h3>"
-          + _df_html(recon["hosts"]) + f"<ul>{notes}</ul>" + _img(figs.get("reconciliation"),
-                                                                  "reconciliation"))
-    mx = (_df_md(recon["totals"][["measure", "source", "value"]]) + "\nPer port:\n\n"
-          + _df_md(recon["ports"]) + "\n" + "".join(f"- {n}\n" for n in recon["notes"]))
+    tot_h, tot_m = table(a, recon["totals"], "reconciliation", md_cols=["measure", "source",
+                                                                       "value"], md_rows=40)
+    port_h, port_m = table(a, recon["ports"], "reconciliation_ports")
+    host_h, _ = table(a, recon["hosts"], "reconciliation_hosts")
+    hx = (tot_h + "<h3>Per port (tc drops vs losses seen in captures)</h3>" + port_h
+          + "<h3>Per host (kernel vs captures)</h3>" + host_h + f"<ul>{notes}</ul>"
+          + _img(figs.get("reconciliation"), "reconciliation"))
+    mx = (tot_m + "\nPer port:\n\n" + port_m + "\n"
+          + "".join(f"- {n}\n" for n in recon["notes"]))
     out.append(("Reconciliation: queue counters, captures, kernel counters", hx, mx))
 
     # queues
@@ -193,10 +315,11 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
         busy = qs[(qs["drops"] > 0) | (qs["sent_bytes"] > 0) | (qs["max_backlog_pkts"] > 0)]
         idle = len(qs) - len(busy)
         note = f"<p class='none'>{idle} idle port(s) not listed.</p>" if idle else ""
+        qh, qm = table(a, busy, "queues", full=qs, md_cols=[
+            "iface", "kind", "drops", "max_backlog_pkts", "sent_bytes"], md_rows=12)
         out.append(("Queues (times in s since run start)",
-                    _img(figs.get("queues"), "queue occupancy") + _df_html(busy) + note,
-                    _df_md(busy[["iface", "kind", "drops", "max_backlog_pkts",
-                                 "sent_bytes"]].head(12))))
+                    figs.get("queues_html", "") + _img(figs.get("queues"), "queue occupancy")
+                    + qh + note, qm))
 
     # incast episodes
     e = t["episodes"]
@@ -206,19 +329,37 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
         out.append(("Incast episodes", *none("no queue reached its limit or dropped")))
     else:
         rel = e.assign(start=e["start"] - a.t0, end=e["end"] - a.t0)
-        out.append(("Incast episodes (times since run start, s)", _df_html(rel),
-                    _df_md(rel.drop(columns=["senders"]))))
+        eh, em = table(a, rel, "incast_episodes")
+        pk = t.get("episode_packets")
+        ph, pm = ("", "")
+        if pk is not None and len(pk):
+            ph, pm = table(a, pk.assign(start=pk["start"] - a.t0, end=pk["end"] - a.t0),
+                           "incast_episode_packets", keys=1)
+            ph = ("<h3>The packets of each episode (open the capture in Wireshark, paste "
+                  "the filter)</h3>" + ph)
+            pm = "\nThe packets of each episode (capture, Wireshark display filter):\n\n" + pm
+        out.append(("Incast episodes (times since run start, s)", eh + ph, em + pm))
 
     # flows and retransmissions
     if t["flows"].empty:
         out.append(("Flows", *none(a.missing.get("pcap") or a.missing.get("flows")
                                    or "no flows")))
     else:
-        fl = _rel(t["flows"], a.t0).drop(columns=["src", "dst", "sport", "dport"])
+        labels = t.get("flow_labels") or {}
+        full = _rel(t["flows"], a.t0)
+        full = full.assign(tuple=full["flow"], flow=full["flow"].map(
+            lambda f: labels.get(f, f)))
+        fl = full.drop(columns=["src", "dst", "sport", "dport", "tuple"])
+        fh, fm = table(a, fl, "flows", full=full, md_cols=[
+            "flow", "bytes", "retrans_packets", "fct_s", "goodput_mbps"])
+        worst = ""
+        if figs.get("sequence"):
+            worst = ("<h3>The worst flow, packet by packet (time-sequence graph)</h3>"
+                     + _img(figs.get("sequence"), "time-sequence graph of the worst flow"))
         out.append(("Flows (times in s since run start)",
-                    _img(figs.get("throughput"), "throughput") + _df_html(fl),
-                    _df_md(fl[["flow", "bytes", "retrans_packets", "fct_s",
-                               "goodput_mbps"]])))
+                    figs.get("throughput_html", "") + _img(figs.get("throughput"),
+                                                           "throughput")
+                    + fh + worst, fm))
     r = t["retrans"]
     if t["flows"].empty:
         out.append(("Retransmissions and RTOs", *none("no captures with TCP payload")))
@@ -228,17 +369,29 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
                f"by trigger {rs['by_kind']}; {rs['rto_events']} RTO firing(s). "
                f"An RTO is a retransmission after >= {m['run']['rto_threshold_s']} s of "
                "silence; fast = after >= 3 duplicate ACKs; tlp = tail-loss probe.")
+        labels = t.get("flow_labels") or {}
         eps = t["recovery_episodes"]
         eps = eps.assign(stall_start=eps["stall_start"] - a.t0, start=eps["start"] - a.t0,
                          end=eps["end"] - a.t0)
+        eps_h, eps_m = table(a, fr.relabel(eps, labels), "recovery_episodes", keys=2)
+        rto = t.get("rto_packets")
+        rto_h, rto_m = "", ""
+        if rto is not None and len(rto):
+            rto_h, rto_m = table(a, rto.assign(t=rto["t"] - a.t0), "rto_packets")
+            rto_h = ("<h3>Each RTO in the captures (open the capture in Wireshark, paste "
+                     "the filter: the silence before the timer fired, then the resend)</h3>"
+                     + rto_h)
+            rto_m = "\nEach RTO (capture, Wireshark display filter):\n\n" + rto_m
+        if "losses" in a.missing:
+            loss_h = none(a.missing["losses"])[0]
+        else:
+            loss_h = table(a, fr.relabel(_rel(t["losses"], a.t0).drop(
+                columns=["src", "dst", "sport", "dport"]), labels), "losses")[0]
         out.append(("Retransmissions and RTOs", f"<p>{html.escape(txt)}</p>"
-                    + _img(figs.get("retransmissions"), "retransmissions")
-                    + "<h3>Recovery episodes (s since run start)</h3>" + _df_html(eps)
-                    + "<h3>Losses between capture points</h3>"
-                    + (_df_html(_rel(t["losses"], a.t0).drop(
-                        columns=["src", "dst", "sport", "dport"]))
-                       if "losses" not in a.missing else none(a.missing["losses"])[0]),
-                    txt + "\n\n" + _df_md(eps)))
+                    + _img(figs.get("retransmissions"), "retransmissions") + rto_h
+                    + "<h3>Recovery episodes (s since run start)</h3>" + eps_h
+                    + "<h3>Losses between capture points (s since run start)</h3>" + loss_h,
+                    txt + "\n" + rto_m + "\n\nRecovery episodes:\n\n" + eps_m))
         del r
 
     # training
@@ -258,14 +411,17 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
                f"{_fmt(imp['clean']['mean_s'])} s). A loss is a capture loss of the worker's "
                "host or a tc drop on any port during the iteration.")
         hit = it[(it["rtos"] > 0) | (it["losses"] > 0) | (it["tc_drops"] > 0)]
+        pw_h, pw_m = table(a, t["per_worker"], "per_worker")
+        hit_h, _ = table(a, _rel(hit, a.t0).drop(columns=["file"]), "iterations_with_events",
+                         keys=2, full=_rel(it, a.t0))
         out.append(("Training: iteration time", f"<p>{html.escape(txt)}</p>"
+                    + figs.get("timeline_html", "")
                     + _img(figs.get("timeline"), "timeline")
                     + _img(figs.get("iterations"), "iterations")
                     + "<h3>Per worker (straggler = last to finish a synchronous "
-                    "step)</h3>" + _df_html(t["per_worker"])
-                    + "<h3>Iterations with network events (s since run start)</h3>"
-                    + _df_html(_rel(hit, a.t0).drop(columns=["file"])),
-                    txt + "\n\nPer worker:\n\n" + _df_md(t["per_worker"])))
+                    "step)</h3>" + pw_h
+                    + "<h3>Iterations with network events (s since run start)</h3>" + hit_h,
+                    txt + "\n\nPer worker:\n\n" + pw_m))
     if len(t["loss_curve"]):
         out.append(("Training: loss", _img(figs.get("loss"), "loss"),
                     f"final loss {_fmt(m['headline'].get('final_loss'))}\n"))
@@ -280,8 +436,9 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
         b = m["balance"]
         txt = (f"max/mean bytes over spine links: up {_fmt(b.get('max_mean_up'))}, down "
                f"{_fmt(b.get('max_mean_down'))}, all {_fmt(b.get('max_mean_all'))}")
+        bh, bm = table(a, t["balance"], "balance")
         out.append(("Fabric balance", f"<p>{txt}</p>" + _img(figs.get("balance"), "balance")
-                    + _df_html(t["balance"]), txt + "\n\n" + _df_md(t["balance"])))
+                    + bh, txt + "\n\n" + bm))
 
     # configuration
     spec_text = (a.run_dir / "spec.toml").read_text() if (a.run_dir / "spec.toml").exists() \
@@ -304,7 +461,9 @@ padding:.5em;overflow:auto;font-size:.8em}.tbl .l{text-align:left}.tbl.head td.v
 font-weight:bold;white-space:nowrap}.tbl.head td,.tbl.head th{vertical-align:top}
 .tbl.head code{font-weight:normal;color:#555}.findings{background:#eef4fb;border-left:4px
 solid #2a6fb0;padding:.3em 1em;margin:1em 0}.findings h2{margin:.3em 0}.findings li{
-margin:.3em 0;line-height:1.4}"""
+margin:.3em 0;line-height:1.4}.wide{max-width:100%;overflow-x:auto}
+.tbl td,.tbl th{overflow-wrap:anywhere;max-width:36em}.tbl td{font-variant-numeric:
+tabular-nums}"""
 
 
 

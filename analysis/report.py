@@ -21,6 +21,7 @@ from incastlab.topologies.fabricmap import FabricMap
 
 from . import episodes as ep
 from . import findings as fnd
+from . import flowroles as fr
 from . import jobcost
 from . import metrics as mt
 from . import render
@@ -48,6 +49,7 @@ class Analysis:
     metrics: dict = field(default_factory=dict)
     missing: dict = field(default_factory=dict)   # section -> why it is empty
     problems: list = field(default_factory=list)  # warnings worth showing at the top
+    out_dir: Path | None = None  # where build_report writes (full tables go to tables/)
 
 
 def _time_range(manifest, queues, tcp_df, workers):
@@ -261,7 +263,14 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
                 "loss_curve": curve, "finals": finals, "workers_raw": workers,
                 "counters": counters, "recon": recon, "pcaps": {k: len(v) for k, v in
                                                                   pcaps.items()},
-                "starts": training.starts(workers)}
+                "starts": training.starts(workers), "tcp": tcp_df}
+    # flows by the hosts and roles at their ends; the packets behind each finding
+    labels = guard("flow labels", lambda: fr.flow_labels(flows, fabric, manifest), dict)
+    a.tables["flow_labels"] = labels
+    a.tables["rto_packets"] = guard("RTO packets", lambda: fr.rto_packets(
+        retrans, flows, labels), pd.DataFrame)
+    a.tables["episode_packets"] = guard("incast episode packets", lambda: fr.episode_packets(
+        episodes, fabric, [p for p in pcaps]), pd.DataFrame)
     # the job's own tables, its bound and where each iteration's time went (jobcost.py)
     guard("the job's cost model and attribution", lambda: jobcost.analyse_job(a),
           lambda: a.metrics.setdefault("cost", {"available": False,
@@ -351,6 +360,7 @@ def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
     a = analyse(run_dir, rto_threshold_s=rto_threshold_s, cache=cache)
     out = Path(out_dir) if out_dir else a.run_dir
     out.mkdir(parents=True, exist_ok=True)
+    a.out_dir = out
     figs = render.plot_all(a, out / "plots") if plots else {}
     try:
         sections = render.sections(a, figs)
