@@ -39,7 +39,12 @@ setup(
         "tomli-w>=1.0",
     ],
     extras_require={
-        "dev": ["pytest>=7.4", "ruff>=0.4", "dpkt>=1.9"],
+        "dev": ["pytest>=7.4", "ruff>=0.4", "dpkt>=1.9",
+                # coverage of the unit and root tiers (README "Testing")
+                "pytest-cov>=5",
+                # mutation testing, benchmarks/mutation_score.py (not in CI: slow).
+                # mutmut 3 mutates a copy (mutants/), never the working tree.
+                "mutmut>=3.3,<4"],
     },
     entry_points={"console_scripts": ["incastlab = incastlab.cli:main"]},
 )
