@@ -95,6 +95,18 @@ def failing_tests(scratch: Path, tests: list[str]) -> list[str]:
     return json.loads(out.read_text()) if out.exists() else []
 
 
+def refresh_scratch(src: Path, scratch: Path) -> None:
+    """Copy the current files over a kept scratch copy (mtimes kept: mutmut regenerates
+    the mutants of a source file only when it is newer than them)."""
+    shutil.copytree(src / "incastlab", scratch / "incastlab", ignore=IGNORE,
+                    dirs_exist_ok=True)
+    for name in MAPPED:
+        shutil.copytree(src / name, scratch / "incastlab" / name, ignore=IGNORE,
+                        dirs_exist_ok=True)
+    for name in ["tests", *ALSO_COPY]:
+        shutil.copytree(src / name, scratch / name, ignore=IGNORE, dirs_exist_ok=True)
+
+
 def build_config(scratch: Path, module: str, tests: list[str],
                  deselect: list[str] = ()) -> None:
     """pyproject.toml of the scratch copy: pytest's settings and mutmut's for `module`."""
@@ -160,14 +172,18 @@ def run_module(module: str, src: Path, workdir: Path, children: int, timeout_s: 
                show_diffs: bool, rerun: bool) -> dict:
     tests = [t for t in MODULES[module] if (src / t).exists()]
     scratch = workdir / module.replace("/", "_").removesuffix(".py")
-    names: list[str] = []
     previous = read_results(scratch, module) if rerun else {}
     if previous:
-        # Only the tests changed since the last run (the source must not have: rebuild
-        # when it did). Killed mutants stay killed when tests are only added, so
-        # re-running the rest gives the score a fresh run would.
-        names = sorted(k for k, v in previous.items() if v not in KILLED)
-        shutil.copytree(src / "tests", scratch / "tests", ignore=IGNORE, dirs_exist_ok=True)
+        # Keep the last run's verdicts and re-run only the mutants it did not kill,
+        # against the current files. mutmut itself resets the verdicts of functions
+        # whose source changed (it hashes each function), and killed mutants stay
+        # killed as long as tests are only added: the score is what a fresh run gives.
+        refresh_scratch(src, scratch)
+        meta = scratch / "mutants" / (installed_path(module) + ".meta")
+        data = json.loads(meta.read_text())
+        data["exit_code_by_key"] = {k: (v if v in KILLED else None)
+                                    for k, v in data["exit_code_by_key"].items()}
+        meta.write_text(json.dumps(data))
         build_config(scratch, module, tests)
     else:
         build_scratch(src, scratch, module, tests)
@@ -182,7 +198,7 @@ def run_module(module: str, src: Path, workdir: Path, children: int, timeout_s: 
     with open(log, "w") as out:
         try:
             proc = subprocess.run([sys.executable, "-m", "mutmut", "run",
-                                   "--max-children", str(children), *names],
+                                   "--max-children", str(children)],
                                   cwd=scratch, stdout=out, stderr=subprocess.STDOUT,
                                   timeout=timeout_s, check=False, start_new_session=True)
             rc = proc.returncode
