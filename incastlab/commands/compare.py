@@ -34,6 +34,6 @@ def run(args) -> int:
         print(summary)
     for c in out["confounds"]:  # what besides the spec differs between the groups
         if c.differs:
-            print(f"  careful, {c.check} differs: {c.text}")
+            print(f"  careful ({c.check}): {c.text}")
     print(f"comparison report: {out['report']}")
     return 0

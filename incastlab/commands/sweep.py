@@ -97,6 +97,6 @@ def sweep(args, spec=None) -> int:
         print(summary)
     for c in out["confounds"]:  # what besides the spec differs between the groups
         if c.differs:
-            print(f"  careful, {c.check} differs: {c.text}")
+            print(f"  careful ({c.check}): {c.text}")
     print(f"comparison report: {out['report']}")
     return 0 if all(s.startswith("complete") for s in statuses.values()) else 1
