@@ -510,6 +510,7 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
     body.append(confounds_html(checks))
     body.append(tta_html)
     body.append("<h2>Headline metrics</h2>" + headline_table(table, declared))
+    body.append(fabrics_html(used))
     body.append("<h2>Plots</h2>" + "".join(_img(p, p.stem) for p in figs))
     if not_drawn:
         body.append("<p class='none'>Not drawn: " + html.escape("; ".join(not_drawn))
@@ -533,6 +534,33 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
             "confounds": checks}
 
 
-COMPARE_CSS = """.confounds{background:#f7f7f2;border-left:4px solid #888;padding:.3em 1em;
+def fabrics_html(runs: list[dict]) -> str:
+    """The fabric picture (fabricpic.py) of each group's run with the most queue drops
+    (its first run when none dropped), side by side."""
+    from . import fabricpic
+    from . import flowroles as fr
+
+    cells = []
+    for group in dict.fromkeys(r["group"] for r in runs):
+        members = [r for r in runs if r["group"] == group and r.get("analysis") is not None]
+        if not members:
+            continue
+        pick = max(members, key=lambda r: (r["headline"].get("tc_drops") or 0))
+        a = pick["analysis"]
+        try:
+            svg = fabricpic.fabric_svg(a.fabric, a.tables.get("queue_summary"),
+                                       fr.host_roles(a.manifest))
+        except Exception as exc:  # noqa: BLE001 - a drawing bug must not cost the page
+            svg = f"<p class='none'>(no picture: {html.escape(repr(exc))})</p>"
+        cells.append(f"<div class='fab'><h3>{html.escape(group)}</h3><p class='none'>run "
+                     f"{html.escape(pick['name'])} (the group's most queue drops)</p>{svg}</div>")
+    if not cells:
+        return ""
+    return "<h2>The fabric, one run per group</h2><div class='fabs'>" + "".join(cells) + \
+        "</div>"
+
+
+COMPARE_CSS = """.fabs{display:flex;flex-wrap:wrap;gap:1em}.fab{flex:1 1 45%;min-width:400px}
+.confounds{background:#f7f7f2;border-left:4px solid #888;padding:.3em 1em;
 margin:1em 0}.confounds tr.bad td,.confounds tr.bad th{background:#fff3cd}
 .confounds tr.ok td:nth-child(2){color:#2a7a2a}.confounds h2{margin:.3em 0}"""
