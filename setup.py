@@ -37,6 +37,9 @@ setup(
         "scikit-learn>=1.3",
         "scapy>=2.5",
         "tomli-w>=1.0",
+        # interactive figures in report.html (zoom into 10 ms queue samples, hover a
+        # flow); its JS is inlined into the report, so the page still opens offline
+        "plotly>=5.18",
     ],
     extras_require={
         "dev": ["pytest>=7.4", "ruff>=0.4", "dpkt>=1.9",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import fabricpic
+from . import fabricpic, interactive
 from . import flowroles as fr
 from . import jobcost, metrics
 from . import plots as plotting
@@ -46,6 +46,7 @@ def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
         **jobcost.plots(a),
     }
     out = {}
+    out.update(_interactive(a, hot, limits, labels))
     for name, job in jobs.items():
         path = plot_dir / f"{name}.png"
         if path.exists():
@@ -56,6 +57,36 @@ def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
             a.problems.append(f"plot {name} failed: {exc!r}")
             out[name] = None
     return out
+
+
+def _interactive(a, hot, limits, labels) -> dict[str, str]:
+    """The interactive versions (interactive.py) of the queue, throughput and timeline
+    figures, as HTML fragments under '<name>_html'; a failure leaves the PNG alone."""
+    t = a.tables
+    r = t["retrans"]
+    jobs = {
+        "queues_html": lambda: interactive.queues(t["queues_d"], hot, a.t0, limits, labels),
+        "throughput_html": lambda: interactive.throughput(
+            fr.relabel(t["throughput"], t.get("flow_labels") or {}), a.t0),
+        "timeline_html": lambda: interactive.timeline(
+            t["iterations"], a.t0, r[r["event"].astype(bool) & (r["kind"] == "rto")]
+            if len(r) else None, a.fabric.ip_by_host() if a.fabric else {}),
+    }
+    out = {}
+    for name, job in jobs.items():
+        try:
+            fragment = job()
+        except Exception as exc:  # noqa: BLE001 - the PNG is still there
+            a.problems.append(f"interactive plot {name} failed: {exc!r}")
+            fragment = None
+        if fragment:
+            out[name] = fragment
+    return out
+
+
+def figure(figs: dict, name: str, alt: str) -> str:
+    """A figure for report.html: the interactive one where there is one, else the PNG."""
+    return figs.get(f"{name}_html") or _img(figs.get(name), alt)
 
 
 def _sequence(a, path):
@@ -128,7 +159,7 @@ def _signed(v):
     return "n/a" if v is None else f"{v:+.3g} s"
 
 
-MAX_COLS = 11  # columns per HTML table before it is split (fits 1400 px with the keys)
+MAX_COLS = 14  # columns per HTML table before it is split (about 1200 px of numbers)
 
 
 def _split_columns(df: pd.DataFrame, keys: int) -> list[pd.DataFrame]:
@@ -138,7 +169,8 @@ def _split_columns(df: pd.DataFrame, keys: int) -> list[pd.DataFrame]:
     if len(cols) <= MAX_COLS:
         return [df]
     head, rest = cols[:keys], cols[keys:]
-    step = max(1, MAX_COLS - keys)
+    pieces = math.ceil(len(rest) / max(1, MAX_COLS - keys))
+    step = math.ceil(len(rest) / pieces)  # pieces of even width, not a stub at the end
     return [df[head + rest[i:i + step]] for i in range(0, len(rest), step)]
 
 
@@ -151,10 +183,23 @@ def _df_html(df: pd.DataFrame, max_rows=40, keys: int = 1, more: str | None = No
     d = df.head(max_rows)
     cut = f"{len(df) - max_rows} more rows not shown" if len(df) > max_rows else ""
     note = f"<p class='none'>{html.escape(more or cut + '.')}</p>" if cut or more else ""
-    pieces = _split_columns(d, keys)
-    return "".join("<div class='wide'>" + p.to_html(
-        index=False, na_rep="n/a", float_format=lambda x: _fmt(x, 4), classes="tbl",
-        border=0, escape=True) + "</div>" for p in pieces) + note
+    return "".join(_piece_html(p) for p in _split_columns(d, keys)) + note
+
+
+_TABLES = iter(range(1, 1 << 62))  # ids for per-table alignment rules
+
+
+def _piece_html(df: pd.DataFrame) -> str:
+    """One table; its text columns (flows, filters, names) left-aligned, numbers right."""
+    text = [i for i, c in enumerate(df.columns, start=1)
+            if not pd.api.types.is_numeric_dtype(df[c])
+            and df[c].map(lambda v: isinstance(v, str)).any()]
+    cls = f"t{next(_TABLES)}"
+    style = ("<style>" + ",".join(f".{cls} td:nth-child({i}),.{cls} th:nth-child({i})"
+                                  for i in text) + "{text-align:left}</style>") if text else ""
+    return style + "<div class='wide'>" + df.to_html(
+        index=False, na_rep="n/a", float_format=lambda x: _fmt(x, 4),
+        classes=f"tbl {cls}" if text else "tbl", border=0, escape=True) + "</div>"
 
 
 def _df_md(df: pd.DataFrame, max_rows=20, more: str | None = None) -> str:
@@ -188,7 +233,7 @@ def write_table(a, df: pd.DataFrame, name: str) -> str | None:
     return f"tables/{path.name}"
 
 
-def table(a, df: pd.DataFrame, name: str, max_rows: int = 40, keys: int = 1,
+def table(a, df: pd.DataFrame, name: str, max_rows: int = 25, keys: int = 1,
           full: pd.DataFrame | None = None, md_cols: list[str] | None = None,
           md_rows: int = 20) -> tuple[str, str]:
     """(html, markdown) of one table that fits the page and the whole of it as
@@ -318,8 +363,7 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
         qh, qm = table(a, busy, "queues", full=qs, md_cols=[
             "iface", "kind", "drops", "max_backlog_pkts", "sent_bytes"], md_rows=12)
         out.append(("Queues (times in s since run start)",
-                    figs.get("queues_html", "") + _img(figs.get("queues"), "queue occupancy")
-                    + qh + note, qm))
+                    figure(figs, "queues", "queue occupancy") + qh + note, qm))
 
     # incast episodes
     e = t["episodes"]
@@ -329,12 +373,12 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
         out.append(("Incast episodes", *none("no queue reached its limit or dropped")))
     else:
         rel = e.assign(start=e["start"] - a.t0, end=e["end"] - a.t0)
-        eh, em = table(a, rel, "incast_episodes")
+        eh, em = table(a, rel, "incast_episodes", max_rows=25)
         pk = t.get("episode_packets")
         ph, pm = ("", "")
         if pk is not None and len(pk):
             ph, pm = table(a, pk.assign(start=pk["start"] - a.t0, end=pk["end"] - a.t0),
-                           "incast_episode_packets", keys=1)
+                           "incast_episode_packets", keys=1, max_rows=25)
             ph = ("<h3>The packets of each episode (open the capture in Wireshark, paste "
                   "the filter)</h3>" + ph)
             pm = "\nThe packets of each episode (capture, Wireshark display filter):\n\n" + pm
@@ -357,9 +401,7 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
             worst = ("<h3>The worst flow, packet by packet (time-sequence graph)</h3>"
                      + _img(figs.get("sequence"), "time-sequence graph of the worst flow"))
         out.append(("Flows (times in s since run start)",
-                    figs.get("throughput_html", "") + _img(figs.get("throughput"),
-                                                           "throughput")
-                    + fh + worst, fm))
+                    figure(figs, "throughput", "throughput") + fh + worst, fm))
     r = t["retrans"]
     if t["flows"].empty:
         out.append(("Retransmissions and RTOs", *none("no captures with TCP payload")))
@@ -415,8 +457,7 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
         hit_h, _ = table(a, _rel(hit, a.t0).drop(columns=["file"]), "iterations_with_events",
                          keys=2, full=_rel(it, a.t0))
         out.append(("Training: iteration time", f"<p>{html.escape(txt)}</p>"
-                    + figs.get("timeline_html", "")
-                    + _img(figs.get("timeline"), "timeline")
+                    + figure(figs, "timeline", "timeline")
                     + _img(figs.get("iterations"), "iterations")
                     + "<h3>Per worker (straggler = last to finish a synchronous "
                     "step)</h3>" + pw_h

@@ -22,6 +22,7 @@ from incastlab.topologies.fabricmap import FabricMap
 from . import episodes as ep
 from . import findings as fnd
 from . import flowroles as fr
+from . import interactive
 from . import jobcost
 from . import metrics as mt
 from . import render
@@ -372,7 +373,8 @@ def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
         a.metrics["findings"] = _findings(a)
     trace_path = _write_trace(a, out / "trace.json")
     a.metrics["problems"] = a.problems
-    a.metrics["plots"] = sorted(p.name for p in figs.values() if p)
+    pngs = [p for p in figs.values() if isinstance(p, Path)]  # not the interactive HTML
+    a.metrics["plots"] = sorted(p.name for p in pngs)
     a.metrics["trace"] = trace_path.name if trace_path else None
     metrics_path = out / "metrics.json"
     metrics_path.write_text(json.dumps(_jsonable(a.metrics), indent=2, default=str))
@@ -409,11 +411,14 @@ def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
     for i, (sec_title, sec_html, _) in enumerate(sections):
         body.append(f"<h2 id='s{i}'>{html.escape(sec_title)}</h2>{sec_html}")
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-            f"</title><style>{render.CSS}</style></head><body>{''.join(body)}</body></html>")
+            f"</title><style>{render.CSS}</style>"
+            # plotly.js inlined once, only where an interactive figure is on the page
+            + (interactive.script() if any(isinstance(v, str) for v in figs.values()) else "")
+            + f"</head><body>{''.join(body)}</body></html>")
     report_path = out / "report.html"
     report_path.write_text(page)
     return {"metrics": metrics_path, "summary": summary_path, "report": report_path,
-            "plots": [p for p in figs.values() if p],
+            "plots": pngs,
             # the same paths under their file names, for callers that look them up so
             "metrics.json": metrics_path, "summary.md": summary_path,
             "report.html": report_path}
