@@ -298,7 +298,8 @@ def timeline_plot(sp: pd.DataFrame, sm: dict, path):
         for cat, gc in gs.groupby("cat"):
             ax.broken_barh([((t - t0) * 1000, d * 1000) for t, d in
                             zip(gc["t"], gc["dur_s"], strict=True)], (s - 0.4, 0.8),
-                           color=colors.get(cat, "grey"), label=cat if s == stages[0] else None)
+                           color=colors.get(cat, "grey"), edgecolor="white",
+                           label=cat if s == stages[0] else None)
         for r in gs.itertuples(index=False):
             ax.text(((r.t - t0) + r.dur_s / 2) * 1000, s, str(r.name), ha="center",
                     va="center", fontsize=6, color="white")
@@ -308,5 +309,5 @@ def timeline_plot(sp: pd.DataFrame, sm: dict, path):
     ax.set_xlabel(f"ms since the step's first forward (step {int(it)})")
     ax.set_title(f"{sm['schedule']}: measured bubble {sm['measured']:.3f} vs "
                  f"(S−1)/(M+S−1) = {sm['model']:.3f}")
-    ax.legend(loc="upper right", fontsize=7)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
     return plotting._save(fig, path)
