@@ -213,3 +213,41 @@ def test_sigterm_acts_while_blocked_in_a_gloo_wait(tmp_path: Path) -> None:
         assert job.procs[1].wait(10) == 128 + signal.SIGTERM
         assert time.monotonic() - t0 < 3
         assert "terminated by signal SIGTERM" in job.stderr(1)
+
+
+def test_async_rule_evaluations_and_emulated_compute(tmp_path: Path) -> None:
+    """Issue 19: the default rule of async is lr / workers per gradient; the server
+    evaluates every --eval-every gradients and at the end; --compute-ms pads every
+    compute and the straggler's factor multiplies the padded time."""
+    floor, factor = 0.03, 4.0
+    logs = run_ps(tmp_path, 3, ["--mode", "async", "--iterations", "4", "--lr", "0.3",
+                                "--eval-every", "3", "--compute-ms", str(floor * 1000),
+                                "--slowdown", f"3:{factor:g}"])
+    start = only(logs[0], "start")
+    assert (start["lr_rule"], start["lr_rule_default"], start["workers"]) == \
+        ("per_worker", True, 3)
+    rates = [x for u in events(logs[0], "update") for x in u["rates"]]
+    assert len(rates) == 12 and all(r == pytest.approx(0.1, rel=1e-12) for r in rates)
+    evals = events(logs[0], "eval")
+    assert [e["applied"] for e in evals] == [0, 3, 6, 9, 12]
+    final = only(logs[0], "final")  # the same parameters, evaluated once more
+    assert (evals[-1]["accuracy"], evals[-1]["loss"]) == (final["accuracy"], final["loss"])
+    assert evals[-1]["version"] == 12
+    for rank in (1, 2):
+        for it in events(logs[rank], "iteration"):
+            assert it["compute_s"] >= floor and it["slowdown_s"] == 0
+            assert 0 <= it["emulated_s"] <= floor  # the real pass took the rest
+    for it in events(logs[3], "iteration"):  # the straggler: factor x the padded time
+        if it["emulated_s"] > 0:  # padded: exactly the floor (unless the real pass was
+            # slower than the floor on a busy machine; then factor x the real time)
+            assert it["slowdown_s"] == pytest.approx((factor - 1) * floor, rel=1e-6)
+        assert it["slowdown_s"] >= (factor - 1) * floor * (1 - 1e-6)
+        assert it["compute_s"] >= factor * floor
+
+
+def test_staleness_rule_is_the_mean_where_nothing_is_stale(tmp_path: Path) -> None:
+    extra = ["--mode", "sync", "--iterations", "4", "--seed", "3"]
+    mean = run_ps(tmp_path / "mean", 2, extra)
+    stale = run_ps(tmp_path / "stale", 2, extra + ["--lr-rule", "staleness"])
+    assert only(stale[0], "start")["lr_rule_default"] is False
+    assert only(mean[0], "final")["params_sha256"] == only(stale[0], "final")["params_sha256"]
