@@ -40,6 +40,8 @@ setup(
         # interactive figures in report.html (zoom into 10 ms queue samples, hover a
         # flow); its JS is inlined into the report, so the page still opens offline
         "plotly>=5.18",
+        # live progress on a terminal: phases, a bar per worker with time left
+        "rich>=13",
     ],
     extras_require={
         "dev": ["pytest>=7.4", "ruff>=0.4", "dpkt>=1.9",
