@@ -1,0 +1,44 @@
+"""benchmarks/allreduce_efficiency.py with our other all-reduce algorithms, on loopback:
+each runs and is reported against analysis.costmodel's bound of its own (values
+measured, not asserted: loopback is not the rate the bound assumes)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from incastlab.analysis import costmodel
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "allreduce_efficiency.py"
+
+
+def test_every_algorithm_against_its_own_bound_on_loopback(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--loopback", "--size-bytes", "40000",
+         "--world-sizes", "3", "--reps", "1", "--bandwidth-mbps", "50", "--timeout", "30",
+         "--algos", "ring,halving-doubling,tree,hierarchical", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=240, start_new_session=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["framed_verdicts"] is None  # no verdict against a rate loopback lacks
+    got = {r["algo"]: r for r in report["results"]}
+    assert list(got) == ["ring", "halving-doubling", "tree", "hierarchical"]
+    # N = 3 on loopback's pretend leaves of three: all on lf1, so no fabric term
+    leaves = ["lf1"] * 3
+    for algo, r in got.items():
+        want = costmodel.allreduce_bound(algo, 3, 40000, 50, leaves=leaves, spines=2,
+                                         fabric_mbps=150, slices=2).seconds
+        assert r["framed_bound_s"] == pytest.approx(want), algo
+        assert r["framed_ratio"] == pytest.approx(r["median_s"] / want)
+    # the ring's plain bound stays 2(N-1)/N·M/B; the others' is their framed one
+    assert got["ring"]["bound_s"] == pytest.approx(2 * 2 / 3 * 40000 / (50e6 / 8))
+    assert got["tree"]["bound_s"] == got["tree"]["framed_bound_s"]
+
+
+def test_unknown_algorithm_is_refused() -> None:
+    proc = subprocess.run([sys.executable, str(BENCH), "--loopback", "--algos", "ring,fft"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--algos: fft" in proc.stderr
