@@ -322,6 +322,17 @@ def test_a_registered_job_extends_and_leaves_the_workload_table():
         s = loads_spec("", ["workload.kind=pingtest", "workload.pings=7"])
         assert s.workload.pings == 7
         assert "workload.pings" in {r[0] for r in schema_rows()}
+        # every registered job's fields are there, also those after a shared one
+        for job in jobs.JOBS.values():
+            assert {f.name for f in dataclasses.fields(job.Fields)} <= set(names), job.kind
+        # annotations as text (float fields become floats by them) and the table's doc
+        cls = TABLES["workload"]
+        assert cls.__name__ == "Workload" and cls.__module__ == "incastlab.spec"
+        assert cls.__doc__.startswith("``[workload]``: the job and its hosts")
+        assert (cls.__annotations__["kind"], cls.__annotations__["pings"],
+                cls.__annotations__["rto_min_ms"]) == ("str", "int", "float | None")
+        f = loads_spec("", ["workload.kind=pingtest", "workload.rto_min_ms=5"]).workload
+        assert type(f.rto_min_ms) is float and f.rto_min_ms == 5.0
         labels = [label for label, _ in expand_sweep(loads_spec(
             "", ["workload.kind=pingtest", "workload.pings=[1,2]"], allow_sweep=True))]
         assert labels == ["pings=1,rep=1", "pings=2,rep=1"]
