@@ -23,7 +23,9 @@ bytes it sends are not observable here and are logged as null).
 from __future__ import annotations
 
 import argparse
+import queue
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -413,6 +415,113 @@ def allreduce(algorithm: str, tensor: torch.Tensor, rank: int, world: int, timeo
     return run(tensor, rank, world, timeout)
 
 
+# --- gradient buckets overlapped with an emulated layer-by-layer backward -------------------
+
+def layer_bounds(numel: int, layers: int) -> list[tuple[int, int]]:
+    """[lo, hi) element ranges of the emulated layers, in forward order: the flat gradient
+    cut into `layers` nearly equal parts (the first ones one element longer)."""
+    if layers < 1:
+        raise ValueError(f"layers must be >= 1, got {layers}")
+    base, extra = divmod(numel, layers)
+    out, lo = [], 0
+    for i in range(layers):
+        hi = lo + base + (1 if i < extra else 0)
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+def assign_buckets(layer_bytes: Sequence[int], cap_bytes: float) -> list[list[int]]:
+    """Layers grouped into buckets as DDP does with bucket_cap_mb: in backward order (the
+    last layer's gradient is ready first), each bucket closed as soon as it holds
+    `cap_bytes` or more (a layer is never split, so a bucket may exceed the cap by less
+    than one layer). Returns the buckets in the order they become ready, each listing its
+    layers (forward indices, descending)."""
+    if not cap_bytes > 0:
+        raise ValueError(f"cap_bytes must be > 0, got {cap_bytes}")
+    buckets: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for layer in reversed(range(len(layer_bytes))):
+        current.append(layer)
+        size += layer_bytes[layer]
+        if size >= cap_bytes:
+            buckets.append(current)
+            current, size = [], 0
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+class BucketedBackward:
+    """One iteration's emulated backward with bucketed all-reduces overlapping it.
+
+    The main thread plays the backward pass layer by layer, last layer first, sleeping
+    `layer_s` per layer; a bucket is handed to the communication thread as soon as its
+    last layer is done, and that thread all-reduces the buckets one after the other in
+    that order (every rank has the same buckets in the same order, so their messages
+    match), as DDP's reducer does. `run()` returns when the backward is over and every
+    bucket is reduced; its timings say how much of the communication the backward hid.
+    """
+
+    def __init__(self, grad: torch.Tensor, layers: int, layer_s: float, cap_bytes: float,
+                 reduce: Any, timeout: float) -> None:
+        self.grad = grad
+        self.bounds = layer_bounds(grad.numel(), layers)
+        esize = grad.element_size()
+        self.buckets = assign_buckets([(hi - lo) * esize for lo, hi in self.bounds],
+                                      cap_bytes)
+        self.layer_s = layer_s
+        self.reduce = reduce  # reduce(view) -> (bytes sent, bytes received) or (None, None)
+        self.timeout = timeout
+        self.spans: list[tuple[float, float]] = []  # each bucket's (start, end), time.time()
+        self.sent: int | None = 0
+        self.recv: int | None = 0
+
+    def _bucket_view(self, bucket: list[int]) -> torch.Tensor:
+        return self.grad[self.bounds[min(bucket)][0]:self.bounds[max(bucket)][1]]
+
+    def run(self) -> dict[str, Any]:
+        ready: queue.Queue = queue.Queue()
+        failed: list[BaseException] = []
+
+        def communicate() -> None:
+            try:
+                while (bucket := ready.get()) is not None:
+                    t0 = time.time()
+                    s, r = self.reduce(self._bucket_view(bucket))
+                    self.spans.append((t0, time.time()))
+                    self.sent = None if s is None or self.sent is None else self.sent + s
+                    self.recv = None if r is None or self.recv is None else self.recv + r
+            except BaseException as exc:  # noqa: B036 - re-raised in the main thread
+                failed.append(exc)
+
+        thread = threading.Thread(target=communicate, name="bucket-allreduce", daemon=True)
+        t_start = time.time()
+        thread.start()
+        nxt = 0
+        for layer in reversed(range(len(self.bounds))):
+            if self.layer_s > 0:
+                time.sleep(self.layer_s)
+            # a bucket is ready once its lowest (last in backward order) layer is done
+            while nxt < len(self.buckets) and min(self.buckets[nxt]) >= layer:
+                ready.put(self.buckets[nxt])
+                nxt += 1
+        t_backward = time.time()
+        ready.put(None)
+        # the comm thread's every wait has its own deadline (timeout): it always ends
+        thread.join()
+        if failed:
+            raise failed[0]
+        t_done = time.time()
+        total = sum(b - a for a, b in self.spans)
+        return {"sent": self.sent, "recv": self.recv,
+                "backward_s": t_backward - t_start, "comm_total_s": total,
+                "exposed_comm_s": t_done - t_backward, "buckets": len(self.buckets),
+                "bucket_spans": [[a - t_start, b - t_start] for a, b in self.spans],
+                "t_backward_end": t_backward, "t_done": t_done}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -429,7 +538,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--leaves", type=leaf_list, default=None, metavar="L0,L1,...",
                    help="the leaf of every rank, rank order (hierarchical: ranks on one "
                         "leaf reduce to their leader before the leaders' ring)")
+    p.add_argument("--layer-compute-ms", type=non_negative_float, default=0.0,
+                   metavar="MS",
+                   help="emulated backward: milliseconds of compute per layer, after the "
+                        "real gradient (0 with --bucket-cap-mb 0: off, as before)")
+    p.add_argument("--layers", type=common.positive_int, default=8,
+                   help="layers of the emulated backward: the flat gradient cut into this "
+                        "many equal parts (default: 8)")
+    p.add_argument("--bucket-cap-mb", type=non_negative_float, default=0.0, metavar="MB",
+                   help="gradient buckets of about this many MB (10^6 bytes; DDP's "
+                        "bucket_cap_mb), each all-reduced as soon as the emulated backward "
+                        "has produced it; 0: one all-reduce after the whole backward")
     return p
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
 
 
 def leaf_list(text: str) -> list[str]:
@@ -474,24 +605,45 @@ def run(args: argparse.Namespace, log: common.JsonLog) -> None:
     common.init_gloo(args)
     log.write("ready", t=time.time(), init_s=time.time() - t0, bytes_recv=0)
     params = trainer.flat_params()
+
+    def reduce(view: torch.Tensor) -> tuple[Any, Any]:
+        if args.impl == "ring":
+            return allreduce(args.algorithm, view, args.rank, n, args.timeout, args.leaves)
+        gloo_allreduce(view, args.timeout)
+        return None, None
+
+    emulated = args.layer_compute_ms > 0 or args.bucket_cap_mb > 0
+    cap = args.bucket_cap_mb * 1e6 if args.bucket_cap_mb > 0 else float("inf")
+    if emulated:
+        grad_bytes = trainer.n_params * BYTES_PER_PARAM
+        bounds = layer_bounds(trainer.n_params, args.layers)
+        plan = assign_buckets([(hi - lo) * BYTES_PER_PARAM for lo, hi in bounds], cap)
+        log.write("buckets", t=time.time(), layers=args.layers, gradient_bytes=grad_bytes,
+                  layer_compute_s=args.layer_compute_ms / 1e3, cap_bytes=args.bucket_cap_mb
+                  * 1e6 or None, bucket_layers=plan,
+                  bucket_bytes=[sum((bounds[i][1] - bounds[i][0]) * BYTES_PER_PARAM
+                                    for i in b) for b in plan])
     for iteration in range(args.iterations):
         t_start = time.time()
         grad, loss, compute_s, slow_s = trainer.gradient(params)
         t_comm = time.time()
-        sent: Any = None
-        recv: Any = None
-        if args.impl == "ring":
-            sent, recv = allreduce(args.algorithm, grad, args.rank, n, args.timeout,
-                                   args.leaves)
+        overlap: dict[str, Any] = {}
+        if emulated:
+            overlap = BucketedBackward(grad, args.layers, args.layer_compute_ms / 1e3, cap,
+                                       reduce, args.timeout).run()
+            sent, recv = overlap.pop("sent"), overlap.pop("recv")
+            compute_s += overlap["backward_s"]
+            t_comm = overlap.pop("t_backward_end")
+            t_reduced = overlap.pop("t_done")
         else:
-            gloo_allreduce(grad, args.timeout)
-        t_reduced = time.time()
+            sent, recv = reduce(grad)
+            t_reduced = time.time()
         params -= args.lr * (grad / n)
         t_end = time.time()
         log.write("iteration", iteration=iteration, t_start=t_start, t_end=t_end,
                   compute_s=compute_s, slowdown_s=slow_s, comm_s=t_reduced - t_comm,
                   wait_s=None, allreduce_s=t_reduced - t_comm, bytes_sent=sent, bytes_recv=recv,
-                  model_version=iteration, staleness=0, loss=loss)
+                  model_version=iteration, staleness=0, loss=loss, **overlap)
     common.finish_gloo(args.timeout)
     accuracy, test_loss = trainer.evaluate(params)
     log.write("final", t=time.time(), accuracy=accuracy, loss=test_loss,
