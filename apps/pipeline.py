@@ -186,6 +186,12 @@ class Stage:
         self.data = Digits(0, 1, args.batch_size, args.seed)
         self.pad = max(0, args.activation_bytes // BYTES_PER_PARAM)
         self.loss_fn = nn.CrossEntropyLoss(reduction="mean")
+        # One local forward and backward on zeros before the first step: torch's first
+        # autograd call costs seconds on a busy 2-core machine, which would otherwise
+        # land in step 0 as compute. No message, no parameter change (gradients are
+        # zeroed at every step's start).
+        self.module(torch.zeros(1, self.in_width)).sum().backward()
+        self.module.zero_grad(set_to_none=False)
 
     def message(self, rows: int, width: int) -> torch.Tensor:
         """A message buffer for a rows x width tensor, padded to --activation-bytes."""

@@ -22,6 +22,10 @@ forward stage s started it, while it was waiting for it). From them:
   backward of 1F1B waits for a gradient from downstream, so c reaches its critical
   path more often than GPipe's, whose forwards stream.
 
+`--runs DIR` measures the same on finished runs of the lab instead (every run directory
+under DIR with pipeline stage logs, e.g. the sweep of specs/pipeline-bubbles.toml on a
+real fabric), where the messages cross real links.
+
 Prints one line per run, then one JSON line with everything.
 """
 from __future__ import annotations
@@ -61,6 +65,14 @@ def run_once(out: Path, stages: int, m: int, kind: str, args) -> pd.DataFrame:
     return spans(pd.DataFrame(rows), ("forward", "backward"))
 
 
+def load_run(run_dir: Path) -> pd.DataFrame | None:
+    """The span events of a lab run directory (None when it has no pipeline stages)."""
+    rows = [dict(rec, file=p.stem) for p in sorted((run_dir / "workers").glob("*.jsonl"))
+            for rec in read_jsonl(p)]
+    sp = spans(pd.DataFrame(rows), ("forward", "backward")) if rows else None
+    return sp if sp is not None and len(sp) else None
+
+
 def message_latency(sp: pd.DataFrame) -> float:
     """Mean time from stage s−1's end of F0 to stage s's start of F0 (s ≥ 1, steady
     steps): stage s has nothing else to do then, so this is one message's latency."""
@@ -74,6 +86,32 @@ def message_latency(sp: pd.DataFrame) -> float:
     return statistics.mean(gaps) if gaps else 0.0
 
 
+def measure(sp: pd.DataFrame, kind: str, s: int, m: int) -> dict:
+    """Bubble, ideal step and the simulation with the measured latency, for one run."""
+    st = steady(sp)
+    t_f = float(st.loc[st["cat"] == "forward", "dur_s"].mean())
+    t_b = float(st.loc[st["cat"] == "backward", "dur_s"].mean())
+    c = message_latency(sp)
+    b = steady(bubble_table(sp, s))
+    measured = float(b["bubble"].mean())
+    step = float(b["window_s"].mean())
+    ideal = (m + s - 1) * (t_f + t_b)
+    formula = bubble_fraction(s, m)
+    sim = pp.simulate(kind, s, m, t_f, t_b, c)
+    print(f"{kind:5s} S={s} M={m:<2d}: bubble {measured:.3f} vs (S-1)/(M+S-1) "
+          f"{formula:.3f} (x{measured / formula:.3f}); with the measured "
+          f"message latency {c * 1e3:.2f} ms simulated {sim['bubble']:.3f}; "
+          f"step {step * 1e3:.0f} ms vs ideal {ideal * 1e3:.0f} ms "
+          f"(x{step / ideal:.3f}); t_f {t_f * 1e3:.1f} ms, t_b {t_b * 1e3:.1f} ms",
+          flush=True)
+    return {"schedule": kind, "stages": s, "micro_batches": m, "bubble": measured,
+            "formula": formula, "bubble_over_formula": measured / formula,
+            "simulated_bubble_with_latency": sim["bubble"], "step_s": step,
+            "ideal_step_s": ideal, "step_over_ideal": step / ideal,
+            "simulated_step_s": sim["step_s"], "fwd_s": t_f, "bwd_s": t_b,
+            "message_latency_s": c}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--stages", type=int, default=4)
@@ -81,38 +119,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fwd-ms", type=float, default=20.0)
     p.add_argument("--bwd-ms", type=float, default=40.0)
     p.add_argument("--iterations", type=int, default=6)
+    p.add_argument("--runs", type=Path, default=None, metavar="DIR",
+                   help="measure the pipeline runs under DIR instead of running any")
     args = p.parse_args(argv)
     s = args.stages
     results = []
+    if args.runs is not None:
+        for run_dir in sorted(d for d in args.runs.iterdir() if d.is_dir()):
+            sp = load_run(run_dir)
+            if sp is None:
+                continue
+            start = next(r for r in read_jsonl(run_dir / "workers" / "0.jsonl")
+                         if r.get("event") == "start")
+            results.append({"run": run_dir.name, **measure(
+                sp, start["mode"], int(start["stages"]), int(start["micro_batches"]))})
+        print(json.dumps({"benchmark": "pipeline_bubbles", "runs": str(args.runs),
+                          "results": results}))
+        return 0
     with tempfile.TemporaryDirectory(prefix="pipeline-bubbles-") as tmp:
         for m in [int(x) for x in args.micro_batches.split(",")]:
             for kind in pp.SCHEDULES:
                 t0 = time.time()
                 sp = run_once(Path(tmp) / f"{kind}-{m}", s, m, kind, args)
-                st = steady(sp)
-                t_f = float(st.loc[st["cat"] == "forward", "dur_s"].mean())
-                t_b = float(st.loc[st["cat"] == "backward", "dur_s"].mean())
-                c = message_latency(sp)
-                b = steady(bubble_table(sp, s))
-                measured = float(b["bubble"].mean())
-                step = float(b["window_s"].mean())
-                ideal = (m + s - 1) * (t_f + t_b)
-                formula = bubble_fraction(s, m)
-                sim = pp.simulate(kind, s, m, t_f, t_b, c)
-                r = {"schedule": kind, "stages": s, "micro_batches": m,
-                     "bubble": measured, "formula": formula,
-                     "bubble_over_formula": measured / formula,
-                     "simulated_bubble_with_latency": sim["bubble"],
-                     "step_s": step, "ideal_step_s": ideal, "step_over_ideal": step / ideal,
-                     "simulated_step_s": sim["step_s"], "fwd_s": t_f, "bwd_s": t_b,
-                     "message_latency_s": c, "wall_s": time.time() - t0}
-                results.append(r)
-                print(f"{kind:5s} S={s} M={m:<2d}: bubble {measured:.3f} vs (S-1)/(M+S-1) "
-                      f"{formula:.3f} (x{measured / formula:.3f}); with the measured "
-                      f"message latency {c * 1e3:.2f} ms simulated {sim['bubble']:.3f}; "
-                      f"step {step * 1e3:.0f} ms vs ideal {ideal * 1e3:.0f} ms "
-                      f"(x{step / ideal:.3f}); t_f {t_f * 1e3:.1f} ms, t_b {t_b * 1e3:.1f} ms",
-                      flush=True)
+                results.append({**measure(sp, kind, s, m), "wall_s": time.time() - t0})
     print(json.dumps({"benchmark": "pipeline_bubbles", "stages": s, "fwd_ms": args.fwd_ms,
                       "bwd_ms": args.bwd_ms, "iterations": args.iterations,
                       "results": results}))
