@@ -106,3 +106,64 @@ def test_tree_bound_uses_the_logged_slices(tmp_path):
     a = _run(tmp_path, "tree", ["h1", "h2", "h3", "h4"], {"tree_slices": 4})
     # root chain: 2 MB in at 10 Mbit/s + 2 hops of a 0.25 MB slice
     assert a.metrics["cost"]["bound_s"] == pytest.approx(2.5 * 1_000_000 * F / B)
+
+
+def test_bucket_options_reach_the_app_only_when_asked():
+    spec = load_spec(None, BASE + ["workload.bucket_cap_mb=0.25", "workload.layer_compute_ms=30",
+                                   "workload.backward_layers=6"])
+    plan = jobs.job_for("ring").launches(spec, IPS, "/tmp/w")
+    parsed = ring_app.parse_args(plan[0].argv[3:])
+    assert (parsed.bucket_cap_mb, parsed.layer_compute_ms, parsed.layers) == (0.25, 30.0, 6)
+    plain = jobs.job_for("ring").launches(load_spec(None, BASE), IPS, "/tmp/w")
+    assert not any(a.startswith(("--bucket", "--layer")) for a in plain[0].argv)
+
+
+def test_exposed_bound_by_hand():
+    # M = 1 MB in 4 buckets of 0.25 MB over 8 layers (2 each), 0.1 s a layer, and a toy
+    # all-reduce bound of 1 s per MB. The first bucket is ready after 2 layers, 0.6 s
+    # before the backward ends: exposed >= max(0.25, 1.0 - 0.6) = 0.4 s
+    def of(nbytes):
+        return costmodel.Bound(nbytes / 1e6, f"{nbytes} B")
+
+    plan = {"bucket_bytes": [250_000] * 4, "bucket_layers": [[7, 6], [5, 4], [3, 2], [1, 0]],
+            "layers": 8, "layer_compute_s": 0.1}
+    b = ring_job.exposed_bound(of, 1e6, plan)
+    assert b.seconds == pytest.approx(0.4) and b.terms["overlap_window"] == pytest.approx(0.6)
+    # a longer backward hides all but the last bucket
+    assert ring_job.exposed_bound(of, 1e6, {**plan, "layer_compute_s": 1.0}).seconds == \
+        pytest.approx(0.25)
+    # one bucket (no buckets): the whole all-reduce is exposed
+    one = {**plan, "bucket_bytes": [1e6], "bucket_layers": [list(range(7, -1, -1))]}
+    assert ring_job.exposed_bound(of, 1e6, one).seconds == pytest.approx(1.0)
+
+
+def test_bucket_table_and_metrics_of_a_synthetic_run(tmp_path):
+    hosts = ["h1", "h2", "h3", "h4"]
+    logs = {}
+    for rank, h in enumerate(hosts):
+        logs[rank] = [
+            {"event": "start", "role": "ring", "rank": rank, "world_size": 4, "mode": "ring",
+             "algorithm": "ring", "gradient_bytes": 1_000_000, "iface": f"{h}-eth0", "t": T0},
+            {"event": "buckets", "t": T0, "layers": 8, "gradient_bytes": 1_000_000,
+             "layer_compute_s": 0.1, "cap_bytes": 250_000,
+             "bucket_layers": [[7, 6], [5, 4], [3, 2], [1, 0]], "bucket_bytes": [250_000] * 4}]
+        logs[rank] += [{"event": "iteration", "iteration": i, "t_start": T0 + 4 * i,
+                        "t_end": T0 + 4 * i + 1.3, "compute_s": 0.8, "wait_s": None,
+                        "allreduce_s": 0.5, "backward_s": 0.8, "comm_total_s": 2.0,
+                        "exposed_comm_s": 0.5, "buckets": 4, "loss": 1.0} for i in range(3)]
+    run = make_run_dir(tmp_path / "b", workers=logs, fabric=demo_fabric(), t0=T0,
+                       spec_text='[workload]\nkind = "ring"\nworkers = 4\n'
+                                 'bucket_cap_mb = 0.25\nlayer_compute_ms = 100\n')
+    path = run / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["placement"] = {"servers": [], "workers": hosts}
+    path.write_text(json.dumps(manifest))
+    a = analyse(run)
+    b = a.tables["buckets"]
+    assert len(b) == 12 and set(b["rank"]) == {0, 1, 2, 3}
+    assert a.metrics["headline"]["exposed_comm_s"] == pytest.approx(0.5)
+    assert a.metrics["headline"]["comm_hidden_fraction"] == pytest.approx(0.75)
+    # the exposed bound: ring over 10 Mbit/s, whole 1.5 MB·f'/B = 1.282 s, less the 0.6 s
+    # of backward after the first bucket; the last bucket alone 0.25 of that
+    whole = 1.5 * 1_000_000 * F_ACK / B
+    assert a.metrics["cost"]["bound_s"] == pytest.approx(max(whole - 0.6, whole / 4))

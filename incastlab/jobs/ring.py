@@ -7,10 +7,11 @@ each rank's leaf, for the hierarchical algorithm) and cost model (each algorithm
 ``analysis.costmodel.allreduce_bound``)."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from incastlab.apps.commands import WORKLOADS as APP_COMMANDS
-from incastlab.fields import choice, spec_field
+from incastlab.fields import choice, int_check, num_check, spec_field
 from incastlab.jobs import reporting as rep
 from incastlab.jobs import runview
 from incastlab.topologies import naming
@@ -43,6 +44,18 @@ class RingFields(TrainingFields):
                                 "doubling), tree (binary, pipelined) or hierarchical (reduce "
                                 "in each leaf, ring of leaf leaders, broadcast back)",
                                 sweep=True)
+    bucket_cap_mb: float = spec_field(0.0, num_check(0, 10_000, unit="MB"),
+                                      "gradient buckets of about this many MB (DDP's "
+                                      "bucket_cap_mb), each all-reduced as soon as the "
+                                      "emulated backward produced it; 0: one all-reduce "
+                                      "after the backward", sweep=True)
+    layer_compute_ms: float = spec_field(0.0, num_check(0, 60_000, unit="ms"),
+                                         "emulated backward: compute per layer, after the "
+                                         "real gradient (0 and bucket_cap_mb 0: none)",
+                                         sweep=True)
+    backward_layers: int = spec_field(8, int_check(1, 1024),
+                                      "layers of the emulated backward (the gradient cut "
+                                      "into this many equal parts)")
 
 
 class RingJob(Job):
@@ -72,6 +85,7 @@ class RingJob(Job):
                    "algorithm": w.algorithm if w.impl == "ring" else None,
                    "leaves": ",".join(leaf_names(spec, hosts))
                    if w.algorithm == "hierarchical" else None,
+                   **(backward_options(w) if emulates_backward(w) else {}),
                    "slowdown": [f"{s.rank}:{s.factor:g}" for s in w.stragglers]}
         argvs = APP_COMMANDS["ring"](endpoints(ips, hosts), out_dir, RENDEZVOUS_PORT, options)
         return [Launch(host, argv, rank, "ring", True)
@@ -99,10 +113,15 @@ class RingJob(Job):
         if algorithm == "hierarchical":  # its groups need the leaves, fabric or not
             fabric["leaves"] = leaves
         m = runview.gradient_bytes(a, w)
-        if algorithm == "ring":  # the same call as before the other algorithms came
-            return rep.costmodel.ring_bound(len(p.workers), m, rates, **fabric)
-        return rep.costmodel.allreduce_bound(algorithm, len(p.workers), m, rates,
-                                             slices=_logged_tree_slices(a), **fabric)
+
+        def of(nbytes: float):
+            if algorithm == "ring":  # the same call as before the other algorithms came
+                return rep.costmodel.ring_bound(len(p.workers), nbytes, rates, **fabric)
+            return rep.costmodel.allreduce_bound(algorithm, len(p.workers), nbytes, rates,
+                                                 slices=_logged_tree_slices(a), **fabric)
+
+        plan = _bucket_plan(a) if emulates_backward(w) else None
+        return exposed_bound(of, m, plan) if plan else of(m)
 
     def attribution_rows(self, a):
         """Every rank's iterations; a stalled flow anywhere holds the whole ring."""
@@ -110,13 +129,15 @@ class RingJob(Job):
         return a.tables["iterations"], list(p.workers) if p else []
 
     def tables(self, a) -> dict:
+        w = runview.workload(a)
         ring = rep.training.ring_bound(a.tables["workers_raw"], a.fabric)
-        if algorithm_of(runview.workload(a)) != "ring" and not ring.empty:
-            # the unframed 2(N−1)/N·M/B is the ring's; other algorithms get their own
+        if (algorithm_of(w) != "ring" or emulates_backward(w)) and not ring.empty:
+            # the unframed 2(N−1)/N·M/B is the flat ring's; other algorithms, and the
+            # exposed part of a bucketed all-reduce, get their own
             bound = self.bound(a)
             ring["bound_s"] = bound.seconds if bound is not None else float("nan")
             ring["ratio"] = ring["allreduce_s"] / ring["bound_s"]
-        return {"ring": ring}
+        return {"ring": ring, "buckets": bucket_table(a.tables["workers_raw"])}
 
     def plots(self, a) -> dict:
         return {"ring": lambda path: rep.plotting.ring_vs_bound(a.tables["ring"], path)}
@@ -143,7 +164,130 @@ class RingJob(Job):
                    "the bound counts the framing, so 1.0 is the best possible)"
                    + (f": {bound.formula}" if bound is not None else ""))
         return [Section(title, f"<p>{rep.render.esc(txt)}</p>"
-                        + rep.render.img(figs.get("ring"), "ring"), txt + "\n")]
+                        + rep.render.img(figs.get("ring"), "ring"), txt + "\n")] \
+            + self._bucket_sections(a)
+
+    def _bucket_sections(self, a) -> list[Section]:
+        b = a.tables.get("buckets")
+        if b is None or b.empty:
+            return []
+        exposed, total = float(b["exposed_comm_s"].mean()), float(b["comm_total_s"].mean())
+        backward = float(b["backward_s"].mean())
+        plan = _bucket_plan(a) or {}
+        fmt = rep.render.fmt
+        txt = (f"{int(b['buckets'].iloc[0])} bucket(s) of "
+               f"{', '.join(f'{x:,.0f}' for x in plan.get('bucket_bytes', []))} bytes; per "
+               f"iteration, mean over ranks: backward {fmt(backward)} s, communication "
+               f"{fmt(total)} s in total of which {fmt(exposed)} s exposed (the iteration "
+               f"waited on it after the backward): {fmt(hidden_fraction(b))} of it hidden "
+               "behind the backward.")
+        return [Section("Gradient buckets: exposed vs total communication",
+                        f"<p>{rep.render.esc(txt)}</p>", txt + "\n")]
+
+    def metrics(self) -> list:
+        return list(_metrics())
+
+
+def emulates_backward(w) -> bool:
+    """Whether the run emulated a layer-by-layer backward (with or without buckets)."""
+    return bool(getattr(w, "bucket_cap_mb", 0) or getattr(w, "layer_compute_ms", 0))
+
+
+def backward_options(w) -> dict:
+    """The app options of the emulated backward and its buckets."""
+    return {"layers": w.backward_layers, "layer_compute_ms": f"{w.layer_compute_ms:g}",
+            "bucket_cap_mb": f"{w.bucket_cap_mb:g}"}
+
+
+def exposed_bound(of, model_bytes: float, plan: dict):
+    """The least exposed communication of a bucketed iteration (s): the time it waits on
+    the network after its backward ends. ``of(nbytes)`` is the all-reduce bound for that
+    many bytes; ``plan`` the logged ``buckets`` event (bucket_bytes in the order they
+    become ready, bucket_layers, layers, layer_compute_s).
+
+    The buckets' all-reduces run one after the other, the first starting when its layers
+    are done, after ``|b_0|`` of the L layers, i.e. ``(L − |b_0|)·t_layer`` before the
+    backward ends; together they need at least ``of(M)`` (the bounds grow with the bytes,
+    and no bucket's bytes go faster than the whole gradient's). And the last bucket is
+    ready only when the backward ends. So exposed ≥ max(of(last bucket),
+    of(M) − (L − |b_0|)·t_layer, 0): buckets can hide everything but the last bucket
+    behind a long enough backward, and nothing of it behind a short one."""
+    from incastlab.analysis.costmodel import Bound
+
+    whole, last = of(model_bytes), of(float(plan["bucket_bytes"][-1]))
+    window = (int(plan["layers"]) - len(plan["bucket_layers"][0])) \
+        * float(plan["layer_compute_s"])
+    cands = {"last bucket": last.seconds, "all buckets less the backward after the first":
+             whole.seconds - window}
+    name = max(cands, key=lambda k: cands[k])
+    secs = max(0.0, cands[name])
+    formula = (f"exposed communication of {len(plan['bucket_bytes'])} bucket(s) ≥ max(last "
+               f"bucket {last.seconds:.4g} s, whole gradient {whole.seconds:.4g} s − backward "
+               f"after the first bucket {window:.4g} s, 0) = {secs:.4g} s; whole gradient: "
+               f"{whole.formula}")
+    return Bound(secs, formula, {"last_bucket": last.seconds, "whole": whole.seconds,
+                                 "overlap_window": window}, name)
+
+
+def bucket_table(workers):
+    """Per rank × iteration of a run with the emulated backward: backward_s,
+    comm_total_s (the buckets' all-reduces added up), exposed_comm_s (waited on after the
+    backward), buckets. Empty without it."""
+    import pandas as pd
+
+    cols = ["rank", "iteration", "backward_s", "comm_total_s", "exposed_comm_s", "buckets"]
+    if workers is None or workers.empty or "exposed_comm_s" not in workers:
+        return pd.DataFrame(columns=cols)
+    it = workers[(workers["event"] == "iteration") & workers["exposed_comm_s"].notna()]
+    if "rank" not in it or it["rank"].isna().all():
+        starts = workers[workers["event"] == "start"].set_index("file")["rank"]
+        it = it.assign(rank=it["file"].map(starts))
+    return it[cols].reset_index(drop=True)
+
+
+def hidden_fraction(b) -> float | None:
+    """Share of the communication hidden behind the backward: 1 − exposed / total."""
+    total = float(b["comm_total_s"].sum()) if len(b) else 0.0
+    return 1.0 - float(b["exposed_comm_s"].sum()) / total if total > 0 else None
+
+
+def _bucket_plan(a) -> dict | None:
+    """The logged bucket plan (the `buckets` event of rank 0's log; every rank logs the
+    same), or None."""
+    raw = a.tables.get("workers_raw")
+    if raw is None or raw.empty or "bucket_bytes" not in raw:
+        return None
+    rows = raw[raw["event"] == "buckets"]
+    return rows.iloc[0].to_dict() if len(rows) else None
+
+
+@functools.cache
+def _metrics() -> tuple:
+    """The ring job's headline metrics (declared once)."""
+    from incastlab.analysis.metrics import Metric
+
+    def mean(col):
+        def f(a):
+            b = a.tables.get("buckets")
+            return float(b[col].mean()) if b is not None and len(b) else None
+        return f
+
+    why = ("no emulated backward in this run (workload.layer_compute_ms and "
+           "workload.bucket_cap_mb are 0)")
+    return (
+        Metric("exposed_comm_s", "exposed communication per iteration", "s",
+               "Mean time an iteration waited on its all-reduces after the emulated "
+               "backward ended (ring job with workload.layer_compute_ms or bucket_cap_mb).",
+               mean("exposed_comm_s"), ("workers",), why),
+        Metric("comm_total_s", "total communication per iteration", "s",
+               "Mean time per iteration the gradient buckets' all-reduces took, added up, "
+               "whether or not the backward hid them.",
+               mean("comm_total_s"), ("workers",), why),
+        Metric("comm_hidden_fraction", "communication hidden behind the backward",
+               "fraction", "1 − exposed / total communication, over all iterations.",
+               lambda a: hidden_fraction(a.tables["buckets"])
+               if a.tables.get("buckets") is not None else None, ("workers",), why),
+    )
 
 
 def algorithm_of(w) -> str:
