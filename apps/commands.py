@@ -106,6 +106,12 @@ def tensor_commands(hosts: list[Endpoint], out: str, port: int, options: dict[st
     """One argv per host: rank i holds slice i of every tensor-parallel layer."""
     return _one_rank_per_host("incastlab.apps.tensor", hosts, out, port, options, python)
 
+
+def moe_commands(hosts: list[Endpoint], out: str, port: int, options: dict[str, Any],
+                 python: str = sys.executable) -> list[list[str]]:
+    """One argv per host: rank e holds expert e (hosts[0] hosts the rendezvous)."""
+    return _one_rank_per_host("incastlab.apps.moe", hosts, out, port, options, python)
+
 Builder = Callable[..., list[list[str]]]
 WORKLOADS: dict[str, Builder] = {
     "ps": ps_commands,
@@ -113,4 +119,5 @@ WORKLOADS: dict[str, Builder] = {
     "incast": incast_commands,
     "pipeline": pipeline_commands,
     "tensor": tensor_commands,
+    "moe": moe_commands,
 }

@@ -1,0 +1,216 @@
+"""Mixture-of-experts expert parallelism: top-k routing and two all-to-alls per pass.
+
+    python -m incastlab.apps.moe --rank R --world-size E --master ADDR:PORT --out DIR
+        [--tokens T] [--hidden D] [--top-k K] [--zipf-alpha A] [--capacity-factor C]
+        [--steps S] ...
+
+E ranks, one expert each (expert e lives on rank e: a D x D linear layer with seeded
+weights). Every step each rank routes its T tokens (D float32 values each) to experts:
+
+- routing: synthetic, skewed by a Zipf law: expert e is chosen with probability
+  proportional to 1 / (e + 1)^A (A = 0: uniform; expert 0 is the hottest), each token to
+  K distinct experts (sampled without replacement: Gumbel top-k on the log-probabilities,
+  seeded per rank and step);
+- capacity (GShard's, per group: this rank's tokens are one group): expert e takes at
+  most ceil(C x T x K / E) of this rank's token-expert assignments per step; the rest are
+  dropped (counted, not sent). Every assignment is either sent or dropped;
+- dispatch: first the counts (an all_to_all_single of E integers), then the tokens, an
+  all_to_all_single with uneven input and output split sizes (gloo supports these in
+  all_to_all_single; its list form all_to_all needs equal sizes, checked on torch
+  2.13), rows grouped by destination expert;
+- expert compute: each expert multiplies the rows it received by its weights;
+- combine: the outputs go back with the reverse split sizes; each rank checks every
+  returned row against its own x @ W_e (the weights are seeded by expert, so any rank
+  can recompute them): `mismatched` counts rows that differ (must be 0);
+- backward: two more all-to-alls of the same sizes, as a training step's gradients
+  travel (the output gradients to the experts, the input gradients back).
+
+Logs per step (event `iteration`): the counts sent to and received from every expert,
+routed / dropped / sent assignments, bytes out and in, each all-to-all's time, the step
+time. Times in seconds, sizes in bytes.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from . import common
+
+PROG = "incastlab.apps.moe"
+BYTES_PER_VALUE = 4  # float32
+
+
+def zipf_probs(experts: int, alpha: float) -> torch.Tensor:
+    """P(expert e) proportional to 1/(e+1)^alpha, e = 0..experts-1 (float64)."""
+    w = torch.tensor([1.0 / (e + 1) ** alpha for e in range(experts)], dtype=torch.float64)
+    return w / w.sum()
+
+
+def route(tokens: int, experts: int, top_k: int, alpha: float,
+          gen: torch.Generator) -> torch.Tensor:
+    """(tokens, top_k) expert indices: each token's K distinct experts, drawn without
+    replacement from the Zipf(alpha) popularity (Gumbel top-k)."""
+    if not 1 <= top_k <= experts:
+        raise ValueError(f"top_k must be from 1 to {experts}, got {top_k}")
+    logp = zipf_probs(experts, alpha).log()
+    u = torch.rand((tokens, experts), generator=gen, dtype=torch.float64).clamp_(1e-12, 1.0)
+    gumbel = -torch.log(-torch.log(u))
+    return torch.topk(logp + gumbel, top_k, dim=1).indices
+
+
+def capacity(tokens: int, experts: int, top_k: int, factor: float) -> int:
+    """Assignments one expert takes from one rank per step: ceil(C·T·K/E)."""
+    return math.ceil(factor * tokens * top_k / experts)
+
+
+def dispatch_plan(choice: torch.Tensor, experts: int, cap: int) -> dict[str, Any]:
+    """Which assignments go where. `choice` (tokens, K) expert indices. Assignments are
+    taken token by token (token 0's K choices first), each expert accepting the first
+    `cap`; the rest are dropped. Returns per expert the token indices sent (`sent`, a list
+    of lists) and the counts routed, sent and dropped (lists of E integers)."""
+    sent: list[list[int]] = [[] for _ in range(experts)]
+    routed = [0] * experts
+    for t, row in enumerate(choice.tolist()):
+        for e in row:
+            routed[e] += 1
+            if len(sent[e]) < cap:
+                sent[e].append(t)
+    counts = [len(s) for s in sent]
+    return {"sent": sent, "routed": routed, "sent_counts": counts,
+            "dropped": [r - c for r, c in zip(routed, counts, strict=True)]}
+
+
+def expert_weights(e: int, hidden: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1_000_003 * (seed + 1) + e)
+    return torch.randn((hidden, hidden), generator=g) / math.sqrt(hidden)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Log schema: docs/run-directory.md.")
+    common.add_dist_args(p)
+    p.add_argument("--steps", type=common.positive_int, default=10, help="steps (default: 10)")
+    p.add_argument("--tokens", type=common.positive_int, default=512,
+                   help="tokens per rank per step (default: 512)")
+    p.add_argument("--hidden", type=common.positive_int, default=256,
+                   help="values per token, float32 (default: 256 = 1 KiB a token)")
+    p.add_argument("--top-k", type=common.positive_int, default=2,
+                   help="experts per token (default: 2)")
+    p.add_argument("--zipf-alpha", type=float, default=1.0,
+                   help="routing skew: P(expert e) ~ 1/(e+1)^alpha; 0 = uniform (default: 1)")
+    p.add_argument("--capacity-factor", type=common.positive_float, default=1.25,
+                   help="per-expert capacity ceil(C x tokens x top_k / experts) per rank "
+                        "(default: 1.25)")
+    p.add_argument("--seed", type=int, default=0, help="routing and weights seed (default: 0)")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    common.check_rank(parser, argparse.Namespace(rank=args.rank, world_size=args.world_size,
+                                                 slowdown=[]))
+    if args.world_size < 2:
+        parser.error("argument --world-size: expert parallelism needs at least 2 ranks")
+    if args.top_k > args.world_size:
+        parser.error(f"argument --top-k: {args.top_k} experts per token, but only "
+                     f"{args.world_size} experts (--world-size)")
+    if not 0 <= args.zipf_alpha <= 10:
+        parser.error(f"argument --zipf-alpha: must be within 0..10, got {args.zipf_alpha:g}")
+    return args
+
+
+def _a2a(out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int],
+         timeout: float, what: str) -> float:
+    t0 = time.time()
+    work = dist.all_to_all_single(out, inp, output_split_sizes=out_splits,
+                                  input_split_sizes=in_splits, async_op=True)
+    common.wait(work, timeout, what)
+    return time.time() - t0
+
+
+def run(args: argparse.Namespace, log: common.JsonLog) -> None:
+    e_n, d, rank = args.world_size, args.hidden, args.rank
+    cap = capacity(args.tokens, e_n, args.top_k, args.capacity_factor)
+    log.write("start", role="expert", rank=rank, world_size=e_n, mode="moe",
+              param_count=d * d, gradient_bytes=None, t=time.time(),
+              **common.host_info(args.iface), tokens=args.tokens, hidden=d,
+              token_bytes=d * BYTES_PER_VALUE, top_k=args.top_k, zipf_alpha=args.zipf_alpha,
+              capacity_factor=args.capacity_factor, capacity=cap,
+              options=common.options(args))
+    t0 = time.time()
+    common.init_gloo(args)
+    log.write("ready", t=time.time(), init_s=time.time() - t0, bytes_recv=0)
+    weights = {e: expert_weights(e, d, args.seed) for e in range(e_n)}
+    mine = weights[rank]
+    for step in range(args.steps):
+        t_start = time.time()
+        gen = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 4099 + rank)
+        x = torch.randn((args.tokens, d), generator=gen)
+        plan = dispatch_plan(route(args.tokens, e_n, args.top_k, args.zipf_alpha, gen), e_n,
+                             cap)
+        send_counts = torch.tensor(plan["sent_counts"], dtype=torch.int64)
+        recv_counts = torch.empty(e_n, dtype=torch.int64)
+        t_counts = _a2a(recv_counts, send_counts, [1] * e_n, [1] * e_n, args.timeout,
+                        f"step {step}: count exchange")
+        recv = recv_counts.tolist()
+        order = [t for e in range(e_n) for t in plan["sent"][e]]
+        out_rows = x[order] if order else torch.empty((0, d))
+        in_rows = torch.empty((sum(recv), d))
+        rows_out = [c * d for c in plan["sent_counts"]]
+        rows_in = [c * d for c in recv]
+        t_dispatch = _a2a(in_rows.view(-1), out_rows.contiguous().view(-1), rows_in, rows_out,
+                          args.timeout, f"step {step}: dispatch all-to-all")
+        tc = time.time()
+        y = in_rows @ mine
+        compute_s = time.time() - tc
+        back = torch.empty((len(order), d))
+        t_combine = _a2a(back.view(-1), y.contiguous().view(-1), rows_out, rows_in,
+                         args.timeout, f"step {step}: combine all-to-all")
+        # backward: output gradients to the experts, input gradients back (same sizes)
+        g_in = torch.empty_like(in_rows)
+        t_bwd1 = _a2a(g_in.view(-1), back.contiguous().view(-1), rows_in, rows_out,
+                      args.timeout, f"step {step}: backward dispatch all-to-all")
+        g_back = torch.empty_like(back)
+        t_bwd2 = _a2a(g_back.view(-1), (g_in @ mine.T).contiguous().view(-1), rows_out,
+                      rows_in, args.timeout, f"step {step}: backward combine all-to-all")
+        t_end = time.time()
+        # every row that came back is its expert's output for the token sent
+        expect = torch.cat([x[plan["sent"][e]] @ weights[e] for e in range(e_n)
+                            if plan["sent"][e]]) if order else torch.empty((0, d))
+        mismatched = int((~torch.isclose(back, expect, rtol=1e-5, atol=1e-5).all(dim=1))
+                         .sum()) if order else 0
+        payload_out = sum(c for e, c in enumerate(plan["sent_counts"]) if e != rank) \
+            * d * BYTES_PER_VALUE
+        payload_in = sum(c for e, c in enumerate(recv) if e != rank) * d * BYTES_PER_VALUE
+        comm = t_counts + t_dispatch + t_combine + t_bwd1 + t_bwd2
+        log.write("iteration", iteration=step, t_start=t_start, t_end=t_end,
+                  compute_s=compute_s, comm_s=comm, wait_s=None,
+                  alltoall_s=[t_dispatch, t_combine, t_bwd1, t_bwd2], counts_s=t_counts,
+                  routed=plan["routed"], sent_counts=plan["sent_counts"],
+                  dropped=plan["dropped"], recv_counts=recv,
+                  tokens_routed=sum(plan["routed"]), tokens_sent=sum(plan["sent_counts"]),
+                  tokens_dropped=sum(plan["dropped"]), tokens_received=sum(recv),
+                  # each pass moves these both ways twice (forward and backward)
+                  dispatch_bytes_out=payload_out, dispatch_bytes_in=payload_in,
+                  bytes_sent=2 * (payload_out + payload_in),
+                  bytes_recv=2 * (payload_in + payload_out), mismatched=mismatched)
+    common.finish_gloo(args.timeout)
+    log.write("final", t=time.time(), iterations=args.steps)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    log = common.JsonLog(args.out, args.rank)
+    return common.run_main(PROG, log, args.rank, lambda: run(args, log))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
