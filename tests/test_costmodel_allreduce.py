@@ -111,3 +111,19 @@ def test_one_flow_crosses_on_one_spine_link():
     b = cm.tree_bound(2, M, 8, slices=1_000_000, leaves=["a", "b"], spines=2, fabric_mbps=4)
     assert b.terms["busiest_link"] == pytest.approx(2 * FA)
     assert "one flow" in b.formula
+
+
+def test_alltoall_bound_by_hand():
+    # host 0 the hot expert: 1 MB in from each of two others, 0.25 MB back to each
+    mat = [[0, 250_000, 250_000], [M, 0, 0], [M, 0, 0]]
+    b = cm.alltoall_bound(mat, 8)
+    # dispatch: host 0 takes in 2 MB while sending 0.5 MB (f'); combine the transpose
+    assert b.terms["dispatch"] == pytest.approx(2 * FA)
+    assert b.terms["combine"] == pytest.approx(2 * FA)
+    assert b.seconds == pytest.approx(4 * FA) and "host link into rank 0" in b.bottleneck
+    assert cm.alltoall_bound(mat, 8, passes=2).seconds == pytest.approx(8 * FA)
+    # the same on leaves a, b, b with one spine of 4 Mbit/s: 2 MB into leaf a over 0.5 MB/s
+    fab = cm.alltoall_bound(mat, 8, leaves=["a", "b", "b"], spines=1, fabric_mbps=4)
+    assert fab.terms["dispatch"] == pytest.approx(2 * FA / 0.5)
+    with pytest.raises(ValueError, match="square"):
+        cm.alltoall_bound([[0, 1]], 8)
