@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from incastlab.jobs.base import Job, Launch, Roles, Section, Straggler
 from incastlab.jobs.incast import IncastJob
+from incastlab.jobs.moe import MoeJob
 from incastlab.jobs.pipeline import PipelineJob
 from incastlab.jobs.ps import PsJob
 from incastlab.jobs.ring import RingJob
@@ -30,6 +31,7 @@ JOBS: dict[str, Job] = {
     "incast": IncastJob(),
     "pipeline": PipelineJob(),
     "tensor": TensorJob(),
+    "moe": MoeJob(),
 }
 
 # Called after the registry changes (the spec rebuilds its [workload] table).

@@ -1,0 +1,183 @@
+"""The mixture-of-experts expert-parallel job (``kind = "moe"``): ``experts`` hosts, one
+expert each; every step each host routes its tokens top-k to the experts (Zipf-skewed
+popularity, GShard capacity), and four all-to-alls move them: dispatch and combine, then
+the backward's two. A popular expert turns into an incast at its host's port. The program
+is ``incastlab.apps.moe``; this module owns its spec fields, placement, launch plan, cost
+model (``analysis.costmodel.alltoall_bound`` on the counts the ranks logged) and report
+section."""
+from __future__ import annotations
+
+import copy
+import functools
+from dataclasses import dataclass
+
+from incastlab.apps.commands import WORKLOADS as APP_COMMANDS
+from incastlab.fields import int_check, num_check, spec_field
+from incastlab.jobs import reporting as rep
+from incastlab.jobs import runview
+from incastlab.jobs.base import Job, Launch, Roles, Section, TrainingFields, endpoints
+
+RENDEZVOUS_PORT = 29500
+VALUE_BYTES = 4  # float32 token values
+
+
+@dataclass
+class MoeFields:
+    experts: int = spec_field(4, int_check(2, 64), "moe: experts, one host each", sweep=True)
+    tokens: int = spec_field(512, int_check(1, 1_000_000),
+                             "moe: tokens each host routes per step")
+    hidden: int = spec_field(256, int_check(1, 65_536),
+                             "moe: float32 values per token (256 = 1 KiB)")
+    top_k: int = spec_field(2, int_check(1, 64), "moe: experts each token goes to")
+    zipf_alpha: float = spec_field(1.0, num_check(0, 10),
+                                   "moe: routing skew, P(expert e) ~ 1/(e+1)^alpha; 0 = "
+                                   "uniform, expert 0 (the first host) the hottest", sweep=True)
+    capacity_factor: float = spec_field(1.25, num_check(0, 100, low_open=True),
+                                        "moe: an expert takes ceil(C x tokens x top_k / "
+                                        "experts) of each host's assignments per step; the "
+                                        "rest are dropped", sweep=True)
+    # steps per host: the training jobs' own declaration (one field, shared)
+    iterations: int = copy.copy(TrainingFields.__dataclass_fields__["iterations"])
+
+
+class MoeJob(Job):
+    kind = "moe"
+    summary = "mixture of experts: top-k routed tokens in dispatch/combine all-to-alls"
+    host_count_fields = ("experts",)
+    logged_modes = ("moe",)
+    Fields = MoeFields
+
+    def roles(self, w) -> Roles:
+        return Roles(0, w.experts, "experts", count_field="workload.experts")
+
+    def check(self, w, ok) -> list[str]:
+        if ok("workload.top_k", "workload.experts") and w.top_k > w.experts:
+            return [f"workload.top_k: {w.top_k!r} experts per token, but workload.experts = "
+                    f"{w.experts}"]
+        return []
+
+    def launches(self, spec, ips, out_dir) -> list[Launch]:
+        w = spec.workload
+        hosts = spec.placement().workers
+        options = {"steps": w.iterations, "tokens": w.tokens, "hidden": w.hidden,
+                   "top_k": w.top_k, "zipf_alpha": f"{w.zipf_alpha:g}",
+                   "capacity_factor": f"{w.capacity_factor:g}", "seed": spec.run.seed,
+                   "timeout": f"{w.timeout_s:g}"}
+        argvs = APP_COMMANDS["moe"](endpoints(ips, hosts), out_dir, RENDEZVOUS_PORT, options)
+        return [Launch(host, argv, rank, "expert", True)
+                for rank, (host, argv) in enumerate(zip(hosts, argvs, strict=True))]
+
+    # -- analysis --------------------------------------------------------------------
+    def bound(self, a):
+        """One step's all-to-alls at their least (analysis.costmodel.alltoall_bound): the
+        mean over steps of the logged token counts, as bytes host to host, dispatch then
+        combine, twice (forward and backward), over the hosts' links and, through the
+        spines, the leaves' spine links."""
+        p = runview.placed(a)
+        mat = mean_matrix(a)
+        if p is None or a.fabric is None or mat is None or len(mat) != len(p.workers):
+            return None
+        rates = [runview.host_mbps(a, h) for h in p.workers]
+        if None in rates:
+            return None
+        spines = runview.usable_spines(a)
+        fabric = {"leaves": [runview.leaf_of(a, h) for h in p.workers], "spines": spines,
+                  "fabric_mbps": a.fabric.fabric_bw_mbps} \
+            if spines and a.fabric.fabric_bw_mbps else {}
+        return rep.costmodel.alltoall_bound(mat, rates, passes=2, **fabric)
+
+    def attribution_rows(self, a):
+        """Every expert host's steps; each all-to-all waits on every host."""
+        p = runview.placed(a)
+        return a.tables["iterations"], list(p.workers) if p else []
+
+    def tables(self, a) -> dict:
+        return {"moe": step_table(a.tables["workers_raw"])}
+
+    def sections(self, a, figs) -> list[Section]:
+        t = a.tables.get("moe")
+        if t is None or t.empty:
+            return [Section("Mixture of experts: all-to-all", *rep.render.none(
+                "no MoE steps in the worker logs"))]
+        fmt = rep.render.fmt
+        per_expert = t.groupby("rank")[["tokens_received"]].mean().reset_index()
+        txt = (f"tokens routed {int(t['tokens_routed'].sum()):,}, sent "
+               f"{int(t['tokens_sent'].sum()):,}, dropped {int(t['tokens_dropped'].sum()):,} "
+               f"(over capacity); skew (the busiest expert's tokens over the mean) "
+               f"{fmt(skew(t))}; all-to-all time per step, mean over hosts "
+               f"{fmt(float(t['alltoall_s'].mean()))} s; returned rows that differ from "
+               f"their expert's output: {int(t['mismatched'].sum())}.")
+        html = (f"<p>{rep.render.esc(txt)}</p><h3>Tokens each expert received per step "
+                "(mean)</h3>" + rep.render.df_html(per_expert))
+        return [Section("Mixture of experts: all-to-all", html,
+                        txt + "\n\n" + rep.render.df_md(per_expert))]
+
+    def metrics(self) -> list:
+        return list(_metrics())
+
+
+def step_table(workers):
+    """One row per host × step: rank, iteration, tokens routed/sent/dropped/received,
+    alltoall_s (the four all-to-alls added), mismatched, sent_counts (list)."""
+    import pandas as pd
+
+    cols = ["rank", "iteration", "tokens_routed", "tokens_sent", "tokens_dropped",
+            "tokens_received", "alltoall_s", "mismatched", "sent_counts"]
+    if workers is None or workers.empty or "tokens_routed" not in workers:
+        return pd.DataFrame(columns=cols)
+    it = workers[(workers["event"] == "iteration") & workers["tokens_routed"].notna()].copy()
+    starts = workers[workers["event"] == "start"].set_index("file")
+    it["rank"] = it["file"].map(starts["rank"]) if "rank" in starts else it.get("rank")
+    it["alltoall_s"] = [sum(v) for v in it["alltoall_s"]]
+    return it[cols].reset_index(drop=True)
+
+
+def mean_matrix(a) -> list[list[float]] | None:
+    """Bytes host i sent host j per step (mean over steps): the logged sent_counts × the
+    token's bytes."""
+    raw = a.tables.get("workers_raw")
+    t = step_table(raw)
+    if t.empty:
+        return None
+    starts = raw[raw["event"] == "start"]
+    token_bytes = float(starts["token_bytes"].dropna().iloc[0]) \
+        if "token_bytes" in starts and starts["token_bytes"].notna().any() else None
+    if token_bytes is None:
+        return None
+    n = int(t["rank"].max()) + 1
+    mat = [[0.0] * n for _ in range(n)]
+    for rank, g in t.groupby("rank"):
+        for counts in g["sent_counts"]:
+            for j, c in enumerate(counts):
+                mat[int(rank)][j] += c * token_bytes / len(g)
+    return mat
+
+
+def skew(t) -> float | None:
+    """Tokens the busiest expert received per step over the mean expert's."""
+    per = t.groupby("rank")["tokens_received"].mean()
+    return float(per.max() / per.mean()) if len(per) and per.mean() > 0 else None
+
+
+@functools.cache
+def _metrics() -> tuple:
+    from incastlab.analysis.metrics import Metric
+
+    def table(a):
+        return a.tables.get("moe")
+
+    def total(col):
+        def f(a):
+            t = table(a)
+            return int(t[col].sum()) if t is not None and len(t) else None
+        return f
+
+    return (
+        Metric("tokens_dropped", "tokens dropped over capacity", "tokens",
+               "Token-expert assignments dropped because the expert's capacity for that "
+               "host was full, over the whole run.", total("tokens_dropped"), ("workers",)),
+        Metric("expert_skew", "expert load skew", "ratio",
+               "Tokens the busiest expert received per step over the mean expert's (1.0 = "
+               "even).", lambda a: skew(table(a)) if table(a) is not None else None,
+               ("workers",)),
+    )
