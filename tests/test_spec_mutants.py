@@ -403,3 +403,90 @@ def test_module_cli(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"invalid spec ({single}):\n  topology.queue_packets: 0 is not")
 
+
+
+# ------------------------------------------------------------------ overrides and tables
+
+def test_override_syntax_and_suggestions():
+    assert errors("queue_packets=5") == [
+        "override 'queue_packets=5': expected table.field=value (did you mean "
+        "'topology.queue_packets'?)"]
+    assert errors("spines") == [
+        "override 'spines': expected table.field=value (did you mean 'topology.spines'?)"]
+    assert errors("a.b.c=1") == ["override 'a.b.c=1': expected table.field=value"]
+    assert errors(".spines=1") == ["override '.spines=1': expected table.field=value"]
+    assert errors("zzzz=1") == ["override 'zzzz=1': expected table.field=value"]
+    found = errors("topology.queue_packts=5")
+    assert found[0].startswith("topology.queue_packts: unknown field (did you mean "
+                               "topology.queue_packets?); [topology] has kind, spines,")
+    assert errors("toplogy.spines=2") == [
+        f"toplogy: unknown table (did you mean 'topology'?); tables are {', '.join(TABLES)}"]
+    # every problem is collected, in the order met
+    assert errors("queue_packets=5", "topology.queue_packets=0", "run.seed=-1") == [
+        "override 'queue_packets=5': expected table.field=value (did you mean "
+        "'topology.queue_packets'?)",
+        "topology.queue_packets: 0 is not an integer from 1 to 100000 (packets)",
+        "run.seed: -1 is not an integer from 0 to 2147483647"]
+
+
+def test_tables_and_fields_in_the_wrong_place():
+    def errs(text):
+        with pytest.raises(SpecError) as info:
+            loads_spec(text)
+        return info.value.errors
+    assert errs("queue_packets = 5\n") == [
+        "queue_packets: a field outside its table; write it under [topology]"]
+    assert errs("[routing]\nqueue_packets = 5\n")[0].startswith(
+        "routing.queue_packets: unknown field (it belongs in [topology]: "
+        "topology.queue_packets); [routing] has policy,")
+    assert errs("topology = 5\n") == ["topology: 5 is not a table"]
+    assert errs("[topologi]\nspines = 2\n") == [
+        f"topologi: unknown table (did you mean 'topology'?); tables are {', '.join(TABLES)}"]
+    assert errs("[topologi]\nspines = 2\n[routing]\npolcy = 1\n[run]\nseed = -1\n")[1:] == [
+        errs("[routing]\npolcy = 1\n")[0], "run.seed: -1 is not an integer from 0 to 2147483647"]
+
+
+def test_sweep_lists_are_checked_value_by_value():
+    from incastlab.spec import SWEEPABLE
+    sw = {"allow_sweep": True}
+    assert errors("topology.queue_packets=[]", **sw) == [
+        "topology.queue_packets: [] is an empty sweep; give at least one value"]
+    assert errors("topology.queue_packets=[10,20,10]", **sw) == [
+        "topology.queue_packets: [10, 20, 10] lists 10 more than once"]
+    assert errors("topology.queue_packets=[10,0,-1]", **sw) == [
+        "topology.queue_packets: 0 is not an integer from 1 to 100000 (packets)",
+        "topology.queue_packets: -1 is not an integer from 1 to 100000 (packets)"]
+    assert errors("topology.spines=[1,2]", **sw) == [
+        "topology.spines: [1, 2] is a list, but topology.spines cannot be swept; sweepable "
+        f"fields are {', '.join(SWEEPABLE)}"]
+    # a problem at some sweep points names them; at every point it is said once
+    assert errors("workload.workers=[3,9,10]", **sw) == [
+        "workload.workers: 9 workers + 1 PS host need 10 hosts, but the fabric has 4 "
+        "(2 leaves x 2 hosts) (sweep point workers=9)",
+        "workload.workers: 10 workers + 1 PS host need 11 hosts, but the fabric has 4 "
+        "(2 leaves x 2 hosts) (sweep point workers=10)"]
+    assert errors("topology.queue_packets=[10,20]", "routing.policy=single",
+                  "routing.spine=3", **sw) == [
+        "routing.spine: 3 is not a spine of this fabric (1 to 2)"]
+    assert errors("routing.policy=[\"single\",\"ecmp\"]", "workload.workers=[2,3]",
+                  "routing.spine=3", **sw) == [
+        "routing.spine: 3 is not a spine of this fabric (1 to 2) (sweep point "
+        "policy=single,workers=2; policy=single,workers=3)"]
+    # a bad axis is not expanded: its checks do not multiply
+    assert errors("workload.workers=[9,0]", "topology.queue_packets=[1,2]", **sw) == [
+        "workload.workers: 0 is not an integer from 1 to 1000"]
+    # a bad repetitions value counts as one run per point
+    assert errors("run.repetitions=\"x\"", "topology.queue_packets=[1,2]", **sw) == [
+        "run.repetitions: 'x' is not an integer from 1 to 100"]
+
+
+def test_stragglers_in_a_sweep_are_checked_as_data():
+    s = loads_spec("", ["workload.stragglers=[{rank=0,factor=2.0}]", "workload.workers=[2,3]"],
+                   allow_sweep=True)
+    assert s.workload.stragglers == [Straggler(0, 2.0)]
+    assert [x.workload.stragglers for _, x in expand_sweep(s)] == [[Straggler(0, 2.0)]] * 2
+    found = errors("workload.stragglers=[{rank=5,factor=2.0}]", "workload.workers=[2,3]",
+                   allow_sweep=True)
+    assert found == [
+        "workload.stragglers[0].rank: 5 is not a worker rank from 0 to 1 (sweep point workers=2)",
+        "workload.stragglers[0].rank: 5 is not a worker rank from 0 to 2 (sweep point workers=3)"]
