@@ -271,6 +271,7 @@ def test_tensor_run_collectives_against_their_bound_by_hand(tmp_path):
     assert list(zip(t["layer"], t["direction"], strict=True)) == [
         (0, "bwd"), (0, "fwd"), (1, "bwd"), (1, "fwd")]
     assert list(t["bound_s"]) == pytest.approx([one] * 4)
+    assert list(t["latency_s"]) == pytest.approx([0.002] * 4)  # 2(T−1)α
     assert list(t["over_bound"]) == pytest.approx([0.010 / one] * 4)
     c = a.metrics["cost"]
     assert c["available"] and c["bound_s"] == pytest.approx(4 * one)

@@ -99,13 +99,15 @@ class TensorJob(Job):
     def tables(self, a) -> dict:
         sp = spans(a.tables.get("workers_raw"), ("allreduce",))
         per_layer = pd.DataFrame(columns=["layer", "direction", "collective_s", "bytes",
-                                          "bound_s", "over_bound"])
+                                          "bound_s", "latency_s", "over_bound"])
         if len(sp):
             st = steady(sp)
             g = st.groupby(["layer", "direction"], sort=True).agg(
                 collective_s=("dur_s", "mean"), bytes=("bytes", "max")).reset_index()
             one = self._bound(a, 1)
             g["bound_s"] = one.seconds if one is not None else float("nan")
+            # the bound's latency term 2(T−1)α: the part no link rate can shrink
+            g["latency_s"] = one.terms["latency"] if one is not None else float("nan")
             g["over_bound"] = g["collective_s"] / g["bound_s"]
             per_layer = g
         return {"tensor_collectives": sp, "tensor_layers": per_layer}
@@ -170,6 +172,10 @@ def layers_plot(t: pd.DataFrame, path):
     b = t["bound_s"].dropna()
     if len(b):
         ax.axhline(float(b.iloc[0]) * 1e3, color="k", ls="--", label="α–β bound")
+        lat = t["latency_s"].dropna()
+        if len(lat):
+            ax.axhline(float(lat.iloc[0]) * 1e3, color="grey", ls=":",
+                       label="its latency term 2(T−1)α")
     ax.set_xticks(range(len(t)))
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("all-reduce time (ms)")
