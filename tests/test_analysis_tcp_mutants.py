@@ -99,6 +99,53 @@ def _resegmented_script():
     return s
 
 
+def _two_flows_scripts():
+    """Flow A (port 40000): clean, no retransmission. Flow B (port 40001): a 1-byte
+    segment lost and resent by a probe, then a 1000-byte one lost and resent. Both are
+    captured at both ends; A comes first in every table."""
+    a, b = TcpScript(sport=40000), TcpScript(sport=40001, isn=70_000)
+    for s in (a, b):
+        s.handshake(0.0)
+    a.data(0.010, 0)
+    a.ack(0.010 + D + 0.0001, MSS)
+    b.data(0.020, 0, length=1, lost=True)
+    b.data(0.060, 0, length=1)                         # the probe: 40 ms later
+    b.ack(0.060 + D + 0.0001, 1)
+    b.data(0.070, 1, lost=True)
+    b.data(0.300, 1)                                   # RTO
+    b.ack(0.300 + D + 0.0001, 1 + MSS)
+    return a, b
+
+
+def _dupack_kinds_script():
+    """Two holes without SACK. Hole 1: 3 plain duplicate ACKs -> fast. Hole 2: 2 pure
+    duplicate ACKs, then the receiver's FIN and a data segment of its own, both acking
+    the hole (not pure ACKs, so not duplicate ACKs) -> other."""
+    from scapy.layers.inet import IP, TCP
+    s = TcpScript()
+    s.handshake(0.0)
+    for k in range(5):
+        s.data(0.010 + k * 0.001, k * MSS, lost=k == 1)
+    s.ack(0.010 + D + 0.0001, MSS)
+    for k in (2, 3, 4):
+        s.ack(0.010 + k * 0.001 + D + 0.0001, MSS)      # no SACK option
+    s.data(0.0155, MSS)                                  # after the 3rd dup ACK (.0151)
+    s.ack(0.0155 + D + 0.0001, 5 * MSS)
+    for k in range(5, 9):
+        s.data(0.030 + (k - 5) * 0.001, k * MSS, lost=k == 5)
+    for k in (6, 7):
+        s.ack(0.030 + (k - 5) * 0.001 + D + 0.0001, 5 * MSS)
+    for when, flags, payload in ((0.0336, "FA", b""), (0.0337, "PA", b"y" * 10)):
+        pkt = IP(src=s.dst, dst=s.src, id=9999) / TCP(
+            sport=s.dport, dport=s.sport, flags=flags, seq=s.risn + 1, ack=s._s(5 * MSS)
+        ) / payload
+        s.receiver.append((when, pkt))
+        s.sender.append((when + D, pkt))
+    s.data(0.0345, 5 * MSS)
+    s.ack(0.0345 + D + 0.0001, 9 * MSS)
+    return s
+
+
 @functools.lru_cache(maxsize=None)
 def _frames(name: str) -> dict:
     """Parsed captures of one scenario: {iface: frame} (parsed once; never modified)."""
@@ -115,6 +162,17 @@ def _frames(name: str) -> dict:
         s = _window_script()
     elif name == "resegmented":
         s = _resegmented_script()
+    elif name == "two-flows":
+        a, b = _two_flows_scripts()
+        s = TcpScript()
+        s.sender, s.receiver = a.sender + b.sender, a.receiver + b.receiver
+    elif name == "dupack-kinds":
+        s = _dupack_kinds_script()
+    elif name == "two-packets":
+        s = TcpScript()
+        s.data(0.010, 0, lost=True)
+        s.data(0.060, 0)
+        s.receiver = []
     elif name == "sender-only":
         s, _ = scenario_tcp()
         s.receiver = []
@@ -413,3 +471,82 @@ def test_throughput_series_default_bins_exact():
     assert (wide["mbps"] * 0.02 * 1e6 / 8).sum() == pytest.approx(2 * MSS)
     # explicit bins are kept
     assert tcp.throughput_series(_tcp("scenario"), bin_s=0.05).attrs["bin_s"] == 0.05
+
+
+# ------------------------------------------------------------------ several flows, edges
+
+FLOW_B = "10.0.0.1:40001>10.0.0.2:5001"
+
+
+def test_a_clean_flow_before_a_lossy_one():
+    t = _tcp("two-flows")
+    flows = tcp.data_flows(t)
+    assert list(flows["flow"]) == [FLOW, FLOW_B]
+    r, e = tcp.retransmissions(t)
+    assert list(r["flow"]) == [FLOW_B, FLOW_B] and list(r["kind"]) == ["tlp", "rto"]
+    assert list(r["seq"]) == [0, 1] and list(r["len"]) == [1, MSS]
+    lost = tcp.losses(t)
+    # the 1-byte segment counts like any other
+    assert list(zip(lost["flow"], lost["seq"], lost["len"], strict=True)) == [
+        (FLOW_B, 0, 1), (FLOW_B, 1, MSS)]
+    assert list(tcp.spurious_retransmissions(t, r)) == [False, False]
+    # a flows table given by the caller is the one used
+    only_b = flows[flows["flow"] == FLOW_B]
+    assert list(tcp.retransmissions(t, only_b)[0]["flow"]) == [FLOW_B, FLOW_B]
+    assert len(tcp.losses(t, flows[flows["flow"] == FLOW])) == 0
+    assert list(tcp.flow_summary(t, only_b)["flow"]) == [FLOW_B]
+    assert list(tcp.throughput_series(t, only_b, bin_s=0.1)["flow"].unique()) == [FLOW_B]
+    # a flows table without 'via' (captures between the ends unknown): none are used
+    lost_nv = tcp.losses(t, flows.drop(columns="via"))
+    assert set(lost_nv["via"]) == {""} and set(lost_nv["seen_at"]) == {""}
+    s = tcp.flow_summary(t, retrans=r).set_index("flow")
+    assert (s.loc[FLOW, "retrans_packets"], s.loc[FLOW_B, "retrans_packets"]) == (0, 2)
+    assert (s.loc[FLOW_B, "bytes"], s.loc[FLOW_B, "wire_bytes"]) == (1 + MSS, 2 + 2 * MSS)
+
+
+def test_only_pure_acks_are_duplicate_acks():
+    r, _ = tcp.retransmissions(_tcp("dupack-kinds"))
+    assert list(r["seq"]) == [MSS, 5 * MSS]
+    # 3 plain duplicate ACKs (no SACK at all) are enough for fast retransmit
+    assert (r["kind"].iloc[0], r["dupacks"].iloc[0], r["sacked"].iloc[0]) == ("fast", 3, 0)
+    # the ACK of 5000 and its 2 duplicates; the FIN and the data segment acking the hole
+    # are no duplicate ACKs (counted, they would make 4 and a fast retransmit)
+    assert (r["kind"].iloc[1], r["dupacks"].iloc[1]) == ("other", 2)
+
+
+def test_the_silence_before_a_resend_with_one_packet_before_it():
+    r, e = tcp.retransmissions(_tcp("two-packets"))
+    assert list(r["kind"]) == ["tlp"] and r["gap_s"].iloc[0] == pytest.approx(0.05, abs=2e-6)
+    assert e["stall_start"].iloc[0] - T0 == pytest.approx(0.010, abs=2e-6)
+    assert np.isnan(e["end"].iloc[0]) and np.isnan(e["duration_s"].iloc[0])  # never ACKed
+
+
+def test_losses_at_the_receiver_captures_last_instant_count():
+    """The window's end is inclusive: a packet sent at the very time of the receiver
+    capture's last packet (0.0466 s, microsecond timestamps) is still compared."""
+    s = _window_script()
+    s.data(0.0466, 5 * MSS, lost=True)
+    d = Path(tempfile.mkdtemp(prefix="tcp-mutants-"))
+    s.write(d / "a.pcap", d / "b.pcap")
+    t = tcp.combine({n: read_pcap(d / f"{n}.pcap", cache=False) for n in ("a", "b")})
+    assert list(tcp.losses(t)["seq"]) == [1 * MSS, 5 * MSS]
+
+
+def test_one_packet_at_the_receiver_is_a_window():
+    s = TcpScript()
+    s.data(0.0100, 0, lost=True)
+    s.data(0.0101, MSS)                        # the receiver capture's only packet
+    d = Path(tempfile.mkdtemp(prefix="tcp-mutants-"))
+    s.write(d / "a.pcap", d / "b.pcap")
+    t = tcp.combine({n: read_pcap(d / f"{n}.pcap", cache=False) for n in ("a", "b")})
+    assert list(tcp.losses(t)["seq"]) == [0]
+
+
+def test_spurious_unknown_is_nan_and_summary_of_nothing():
+    t = _tcp("sender-only")
+    r, _ = tcp.retransmissions(t)
+    sp = tcp.spurious_retransmissions(t, r)
+    assert all(isinstance(x, float) and np.isnan(x) for x in sp)
+    assert tcp.retrans_summary(pd.DataFrame()) == {
+        "retrans_packets": 0, "retrans_bytes": 0, "by_kind": {}, "rto_events": 0,
+        "fast_events": 0, "tlp": 0}
