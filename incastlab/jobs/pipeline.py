@@ -209,8 +209,8 @@ class PipelineJob(Job):
             per_stage = pd.DataFrame({"stage": g["rank"], "busy_s": g["busy_s"],
                                       "idle_s": g["idle_s"], "step_s": g["duration_s"],
                                       "bubble": g["idle_s"] / g["duration_s"]})
-        return {"pipeline_spans": sp, "pipeline_bubbles": bubble_table(sp, stages)
-                if stages else bubble_table(sp, 1), "pipeline_stages": per_stage}
+        return {"pipeline_spans": sp, "pipeline_bubbles": bubble_table(sp, max(stages, 1)),
+                "pipeline_stages": per_stage}
 
     def bubble_summary(self, a) -> dict:
         """Measured bubble fraction (mean of the steady steps) and the model's."""
