@@ -18,7 +18,10 @@ For a gradient of M bytes (default 4 MiB) and N ranks on links of B bit/s:
   halving-doubling, the pipelined binary tree and the leaf-aware hierarchical one (rank
   r's leaf is that of the host it runs on), each against its own bound from
   `analysis.costmodel.allreduce_bound`, which already counts the framing (and the
-  fabric: 2 spines, uplinks at 3 x the host rate, so the host links bind).
+  fabric: 2 spines, uplinks at 3 x the host rate, so the host links bind);
+- `alltoall` (with `--algos all` or by name): the MoE pattern, a dispatch all-to-all
+  (gloo's `all_to_all_single`, every rank sending M/N to every other) then the combine
+  back, against `analysis.costmodel.alltoall_bound` (each exchange at its busiest link).
 
 Every result also carries `framed_bound_s`, the framing-corrected bound
 (`analysis.costmodel`: 1514-byte frames per 1448 payload bytes, and the ACKs of the
@@ -75,7 +78,7 @@ TARGET_EFFICIENCY = 0.90  # the ring at 90 % of 2 (N-1)/N x M / B or better
 FRAMED_TARGET = 1.10  # every algorithm within 10 % of its framing-corrected bound
 OUR_ALGOS = ("halving-doubling", "tree", "hierarchical")  # besides the ring
 DEFAULT_ALGOS = ("ring", "gloo", "ps")
-ALGOS = DEFAULT_ALGOS + OUR_ALGOS
+ALGOS = DEFAULT_ALGOS + OUR_ALGOS + ("alltoall",)
 PER_LEAF = 3  # hosts per leaf of the fabric (and of the loopback's pretend leaves)
 
 
@@ -115,6 +118,12 @@ def child_main(argv: list[str]) -> int:
                 gloo_allreduce(data, timeout)
             elif args.child in OUR_ALGOS:
                 allreduce(args.child, data, rank, world, timeout, args.leaves)
+            elif args.child == "alltoall":  # MoE's pair: dispatch, then combine back
+                block = numel // world
+                x, y = data[:block * world], torch.empty(block * world)
+                for what, (out, inp) in (("dispatch", (y, x)), ("combine", (x, y))):
+                    common.wait(dist.all_to_all_single(out, inp, async_op=True), timeout,
+                                f"{what} all-to-all")
             elif rank == 0:  # PS server: receive all N gradients, then answer all N
                 bufs = [torch.empty(numel) for _ in range(1, world)]
                 works = [dist.irecv(b, src=w) for w, b in enumerate(bufs, start=1)]
@@ -257,6 +266,13 @@ def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path
                 results.append(Result("ps", n, m, push, n * m / rate, phase="push", cpu=cpu))
                 results.append(Result("ps", n, m, step, 2 * n * m / rate, phase="step",
                                       cpu=cpu))
+            elif algo == "alltoall":
+                block = (m // 4 // n) * 4
+                mat = [[0 if i == j else block for j in range(n)] for i in range(n)]
+                bound = costmodel.alltoall_bound(mat, bandwidth_mbps, leaves=leaves[:n],
+                                                 spines=spines, fabric_mbps=fabric_mbps)
+                results.append(Result(algo, n, m, step, bound.seconds, cpu=cpu,
+                                      framed_bound_s=bound.seconds, formula=bound.formula))
             else:
                 bound = costmodel.allreduce_bound(
                     "ring" if algo == "gloo" else algo, n, m, bandwidth_mbps,

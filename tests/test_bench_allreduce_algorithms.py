@@ -38,6 +38,20 @@ def test_every_algorithm_against_its_own_bound_on_loopback(tmp_path: Path) -> No
     assert got["tree"]["bound_s"] == got["tree"]["framed_bound_s"]
 
 
+def test_alltoall_against_its_bound_on_loopback(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--loopback", "--size-bytes", "30000",
+         "--world-sizes", "3", "--reps", "1", "--bandwidth-mbps", "50", "--timeout", "30",
+         "--algos", "alltoall", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=240, start_new_session=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (r,) = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
+    # every rank sends 10,000 B to each of the two others, all on one pretend leaf:
+    # dispatch 20,000 B out of (and into) each host, f' (both ways), then the combine
+    want = 2 * 20_000 * costmodel.ack_framing() / (50e6 / 8)
+    assert r["algo"] == "alltoall" and r["framed_bound_s"] == pytest.approx(want)
+
+
 def test_unknown_algorithm_is_refused() -> None:
     proc = subprocess.run([sys.executable, str(BENCH), "--loopback", "--algos", "ring,fft"],
                           capture_output=True, text=True, timeout=60)
