@@ -176,14 +176,17 @@ def _count(v) -> str:
 
 COMPARE_COLUMNS = ["group", "runs", "reached", "time_to_target_s", "gradients_to_target",
                    "best_accuracy", "end_accuracy", "end_loss", "start_loss",
-                   "staleness_mean", "staleness_max", "iteration_s"]
+                   "staleness_mean", "staleness_max", "iteration_s", "lr_rule",
+                   "rate_per_gradient"]
 
 
 def compare_table(runs: list[dict]) -> pd.DataFrame:
     """One row per group of ``runs`` (dicts with ``group``, ``reach`` from
-    :func:`reach`, ``staleness`` (Series), ``iteration_s`` (mean iteration time)): how
-    many runs reached the target, the mean time and gradients of those that did, best
-    and end accuracy, staleness (mean and max over all the group's gradients)."""
+    :func:`reach`, ``staleness`` (Series), ``iteration_s`` (mean iteration time) and
+    optionally ``lr_rule`` (from :func:`lr_rule`)): how many runs reached the target,
+    the mean time and gradients of those that did, best and end accuracy, staleness
+    (mean and max over all the group's gradients), the learning-rate rule(s) and the
+    mean rate per gradient."""
     rows = []
     for group in dict.fromkeys(r["group"] for r in runs):
         members = [r for r in runs if r["group"] == group]
@@ -205,7 +208,11 @@ def compare_table(runs: list[dict]) -> pd.DataFrame:
                      "start_loss": mean(r["reach"].get("start_loss") for r in members),
                      "staleness_mean": float(stale.mean()) if len(stale) else None,
                      "staleness_max": float(stale.max()) if len(stale) else None,
-                     "iteration_s": mean(r.get("iteration_s") for r in members)})
+                     "iteration_s": mean(r.get("iteration_s") for r in members),
+                     "lr_rule": "/".join(dict.fromkeys(
+                         (r.get("lr_rule") or {}).get("rule") or "?" for r in members)),
+                     "rate_per_gradient": mean((r.get("lr_rule") or {}).get("rate_mean")
+                                               for r in members)})
     return pd.DataFrame(rows, columns=COMPARE_COLUMNS)
 
 
@@ -258,6 +265,13 @@ def compare_findings(table: pd.DataFrame, target: float | None,
     if paid:
         out.append("Staleness paid (model versions a gradient was behind when applied): "
                    + "; ".join(paid) + ".")
+    rules = [f"{r['group']} {r['lr_rule']}"
+             + (f" ({r['rate_per_gradient']:.3g} per gradient)"
+                if r.get("rate_per_gradient") is not None
+                and not pd.isna(r["rate_per_gradient"]) else "")
+             for _, r in table.iterrows() if r.get("lr_rule") not in (None, "?")]
+    if rules:
+        out.append("Learning-rate rules: " + "; ".join(rules) + ".")
     return out
 
 
@@ -270,8 +284,10 @@ def run_inputs(a) -> dict:
     if not isinstance(c, pd.DataFrame):
         c = curve(t.get("workers_raw"))
     stale = t.get("staleness")
+    rule = t.get("lr_rule")
     return {"accuracy": c, "staleness": stale if isinstance(stale, pd.Series) else None,
-            "iteration_s": (a.metrics.get("training") or {}).get("mean_s")}
+            "iteration_s": (a.metrics.get("training") or {}).get("mean_s"),
+            "lr_rule": rule if isinstance(rule, dict) else lr_rule(t.get("workers_raw"))}
 
 
 def compare_section(runs: list[dict], out_dir) -> tuple[str, list[Path], dict]:

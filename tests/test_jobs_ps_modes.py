@@ -263,7 +263,7 @@ def test_compare_says_who_reached_first_by_how_much_and_the_staleness():
     assert text[1].startswith("mode=backup did not reach it in 1 run(s): best 0.700")
     assert text[-1] == ("Staleness paid (model versions a gradient was behind when "
                         "applied): mode=sync mean 0, max 0; mode=async mean 2, max 4; "
-                        "mode=backup mean 0, max 0.")
+                        "mode=backup mean 0, max 0.")  # no rules known: no rule sentence
     assert "not stated" in accuracy.compare_findings(table, 0.8, None)[0]
 
 
@@ -339,6 +339,8 @@ def test_compare_of_modes_says_who_reached_the_target_first(tmp_path):
            "7 s after training started and after 12 gradients applied; mode=sync 14 s " \
            "later (21 s, 3× as long; 12 gradients)" in page
     assert "mode=sync mean 0, max 0; mode=async mean 3, max 5" in page
+    assert "Learning-rate rules: mode=sync mean (0.05 per gradient); mode=async " \
+           "per_worker (0.05 per gradient)." in page
     tta = json.loads(out["metrics"].read_text())["time_to_accuracy"]
     assert tta["target"] == 0.8 and len(tta["table"]) == 2
     assert any(p.name == "compare_accuracy.png" for p in out["plots"])
