@@ -158,3 +158,66 @@ def test_corrupt_header_in_a_nanosecond_capture(tmp_path):
     assert list(df["seq"]) == [1000, 1200, 1300, 1400]
     assert df.attrs["bytes_skipped"] == REC
     assert f"{REC} bytes at byte {off} are not records" in df.attrs["reason"]
+
+
+def _cut_at_every_byte(tmp_path, pkt, **kw):
+    """(snap length, row) for the packet captured with every snap length from 10 bytes
+    to all of it, parsed by the fast and the general path (which must agree)."""
+    full = len(bytes(pkt)) + 14
+    out = []
+    for k in range(10, full + 1):
+        p = tmp_path / f"cut{k}.pcap"
+        write_pcap(p, [(0.0, pkt)], T0, snaplen=k, **kw)
+        data = p.read_bytes()
+        fast = parse_pcap_bytes(data, fast=True)
+        slow = parse_pcap_bytes(data, fast=False)
+        import pandas as pd
+        pd.testing.assert_frame_equal(fast, slow)
+        out.append((k, fast.iloc[0]))
+    return full, out
+
+
+def test_each_field_appears_exactly_when_its_bytes_are_captured(tmp_path):
+    """Ethernet (14) + IPv4 (20) + TCP (20) + NOP,NOP,TS (12) + NOP,NOP,SACK 1 block (12)
+    + 100 bytes: a field is read only when every byte of it (and of the header it is
+    in) was captured; sizes always come from the IP header."""
+    pkt = IP(src="10.0.0.1", dst="10.0.0.2", id=77) / TCP(
+        sport=1234, dport=80, seq=5000, ack=9000, flags="A", window=321,
+        options=[("NOP", None), ("NOP", None), ("Timestamp", (11, 22)),
+                 ("NOP", None), ("NOP", None), ("SAck", (9500, 9900))]) / (b"p" * 100)
+    full, rows = _cut_at_every_byte(tmp_path, pkt)
+    assert full == 14 + 20 + 44 + 100
+    for k, r in rows:
+        assert r["caplen"] == min(k, full) and r["frame_len"] == full
+        assert r["ethertype"] == (0x0800 if k >= 14 else 0), k
+        ip = k >= 34
+        assert (r["src"], r["dst"], r["ip_len"], r["ip_id"], r["proto"]) == (
+            (0x0A000001, 0x0A000002, 20 + 44 + 100, 77, 6) if ip else (0, 0, 0, 0, 0)), k
+        tcp = k >= 54
+        assert r["hdr_ok"] == tcp, k
+        assert (r["sport"], r["dport"], r["seq"], r["ack"], r["flags"], r["win"],
+                r["payload_len"]) == ((1234, 80, 5000, 9000, 16, 321, 100) if tcp
+                                      else (0, 0, 0, 0, 0, 0, 0)), k
+        ts = k >= 66
+        assert (r["has_ts"], r["tsval"], r["tsecr"]) == ((True, 11, 22) if ts
+                                                         else (False, 0, 0)), k
+        sack = k >= 78  # NOP,NOP at 66-67, SACK kind/len at 68-69, one block 70-77
+        assert (r["sack"], r["sack_hi"]) == ((True, 9900) if sack else (False, 0)), k
+
+
+def test_udp_and_a_short_ip_header(tmp_path):
+    from scapy.layers.inet import UDP
+    pkt = IP(src="10.0.0.3", dst="10.0.0.4", id=5) / UDP(sport=53, dport=5353) / (b"u" * 30)
+    full, rows = _cut_at_every_byte(tmp_path, pkt)
+    for k, r in rows:
+        ip, udp = k >= 34, k >= 42
+        assert r["proto"] == (17 if ip else 0), k
+        assert r["hdr_ok"] == udp, k
+        assert (r["sport"], r["dport"], r["payload_len"]) == (
+            (53, 5353, 30) if udp else (0, 0, 0)), k
+    # an IP header claiming 24 bytes (one option word) with only 20 captured after it
+    opt = IP(src="10.0.0.3", dst="10.0.0.4", ihl=6, options=b"\x01\x01\x01\x01") / TCP()
+    p = tmp_path / "o.pcap"
+    write_pcap(p, [(0.0, opt)], T0, snaplen=14 + 22)
+    r = parse_pcap_bytes(p.read_bytes(), fast=False).iloc[0]
+    assert (r["src"], r["proto"], r["hdr_ok"]) == (0, 0, False)
