@@ -20,7 +20,10 @@ PROBE = """<script>window.addEventListener('load', () => setTimeout(() => {
       const r = e.getBoundingClientRect(); return r.width > 0 && r.right > vw + 1; })
     .filter(e => !e.closest('.wide')).slice(0, 5)
     .map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right));
+  const scrolled = [...document.querySelectorAll('.wide')]
+    .filter(e => e.scrollWidth > e.clientWidth + 1).length;
   const r = {scrollWidth: document.documentElement.scrollWidth, innerWidth: vw, wide: wide,
+    scrolled: scrolled,
     plots: document.querySelectorAll('.js-plotly-plot').length,
     drawn: document.querySelectorAll('.js-plotly-plot .main-svg').length,
     traces: document.querySelectorAll('.js-plotly-plot g.trace').length,
@@ -41,7 +44,8 @@ def chromium() -> str | None:
 def probe(report: Path, width: int = 1400, height: int = 1000, timeout: float = 120) -> dict:
     """Load `report` (a copy with the probe added, beside the original so relative links
     hold) at `width` x `height` px with every host name unresolvable; return the probe's
-    measurements: scrollWidth, innerWidth, wide (elements past the right edge), plots and
+    measurements: scrollWidth, innerWidth, wide (elements past the right edge outside a
+    scrolling table box), scrolled (table boxes that must scroll sideways), plots and
     drawn (plotly figures and their drawn SVGs), traces, fabric_links, images (loaded)
     and resources (every non-data URL the page requested)."""
     browser = chromium()

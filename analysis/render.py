@@ -503,7 +503,7 @@ font-weight:bold;white-space:nowrap}.tbl.head td,.tbl.head th{vertical-align:top
 .tbl.head code{font-weight:normal;color:#555}.findings{background:#eef4fb;border-left:4px
 solid #2a6fb0;padding:.3em 1em;margin:1em 0}.findings h2{margin:.3em 0}.findings li{
 margin:.3em 0;line-height:1.4}.wide{max-width:100%;overflow-x:auto}
-.tbl td,.tbl th{overflow-wrap:anywhere;max-width:36em}.tbl td{font-variant-numeric:
+.tbl td,.tbl th{overflow-wrap:break-word;max-width:36em}.tbl td{font-variant-numeric:
 tabular-nums}"""
 
 

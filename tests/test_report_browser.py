@@ -33,6 +33,7 @@ def test_report_renders_offline_and_fits(tmp_path):
     seen = browsercheck.probe(page, width=1400)
     assert seen["resources"] == []  # nothing requested: the page is whole offline
     assert seen["scrollWidth"] <= seen["innerWidth"] == 1400, seen["wide"]
+    assert seen["scrolled"] == 0  # no table needs to scroll sideways either
     # queues, per-flow throughput and the iteration timeline, each drawn with traces
     assert seen["plots"] == 3 and seen["drawn"] >= 3 and seen["traces"] >= 3
     assert seen["fabric_links"] == 16  # 8 cables of the 2x2 fabric, both directions
@@ -51,6 +52,7 @@ def test_compare_renders_offline_and_fits(tmp_path):
     seen = browsercheck.probe(page, width=1400)
     assert seen["resources"] == []
     assert seen["scrollWidth"] <= 1400, seen["wide"]
+    assert seen["scrolled"] == 0
     assert seen["fabric_links"] == 2 * 16  # one picture per group
     assert seen["images"] >= 1
 
