@@ -59,7 +59,14 @@ def _positions(fabric) -> dict[str, tuple[float, float]]:
     for s in fabric.switches:  # switches of other topologies: the middle row
         if s.name not in pos:
             pos[s.name] = (W / 2, ROW_Y[1])
+    if not spines:  # a star: no spine row to leave room for
+        pos = {n: (x, y - _spine_row(fabric)) for n, (x, y) in pos.items()}
     return pos
+
+
+def _spine_row(fabric) -> float:
+    """How far everything moves up when the fabric has no spines (0 when it has)."""
+    return float(ROW_Y[1] - ROW_Y[0]) if not fabric.spine_names else 0.0
 
 
 def _stats(queue_summary: pd.DataFrame | None) -> dict[str, dict]:
@@ -147,8 +154,8 @@ def fabric_svg(fabric, queue_summary: pd.DataFrame | None = None,
                          f"font-size='12' text-anchor='middle' fill='#333'>"
                          f"{html.escape(line)}</text>")
     parts += texts  # drop counts above every line
-    legend = _legend(ROW_Y[2] + 75)
-    height = ROW_Y[2] + 115
+    legend = _legend(ROW_Y[2] + 75 - _spine_row(fabric))
+    height = ROW_Y[2] + 115 - _spine_row(fabric)
     head = f"<text x='10' y='18' font-size='14' font-weight='bold'>{html.escape(title)}" \
         "</text>" if title else ""
     return (f"<svg class='fabric' viewBox='0 0 {W} {height}' width='100%' "

@@ -138,3 +138,15 @@ def test_fabric_picture(run):
     assert ">server 0</text>" in svg and ">worker 1</text>" in svg
     assert "no queue samples" in svg  # hosts' own interfaces are not sampled
     assert "svg class='fabric'" in paths["report"].read_text()
+
+
+def test_fabric_picture_of_a_star():
+    """The classic incast bench: one switch, no spines: no empty spine row is left."""
+    from incastlab.topologies.leafspine import StarTopo
+
+    f = StarTopo(senders=4).fabric_map()
+    svg = fabricpic.fabric_svg(f, None, {"h5": "client 0"})
+    assert svg.count("<line ") == 2 * 5
+    # rows at 190 and 330 moved up by the spine row's 140: viewBox 1000 x (330+115-140)
+    assert "viewBox='0 0 1000 305'" in svg
+    assert re.search(r"<rect x='[0-9.]+' y='35.0'[^>]*><title>leaf lf1", svg)
