@@ -155,7 +155,7 @@ def fabric_svg(fabric, queue_summary: pd.DataFrame | None = None,
                          f"{html.escape(line)}</text>")
     parts += texts  # drop counts above every line
     legend = _legend(ROW_Y[2] + 75 - _spine_row(fabric))
-    height = ROW_Y[2] + 115 - _spine_row(fabric)
+    height = int(ROW_Y[2] + 115 - _spine_row(fabric))
     head = f"<text x='10' y='18' font-size='14' font-weight='bold'>{html.escape(title)}" \
         "</text>" if title else ""
     return (f"<svg class='fabric' viewBox='0 0 {W} {height}' width='100%' "
