@@ -7,11 +7,13 @@ import signal
 import sys
 
 from incastlab import commands
+from incastlab.commands import check
 
 COMMANDS = {
     "demo": commands.demo,
     "run": commands.run,
     "sweep": commands.sweep,
+    "check": check,
     "report": commands.report,
     "compare": commands.compare,
     "preflight": commands.preflight,

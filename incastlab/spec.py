@@ -881,14 +881,26 @@ def schema_rows() -> list[tuple[str, str, str, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m incastlab.spec [SPEC [table.field=value ...]]``: check a spec and print
-    it resolved; without arguments print the schema."""
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv:
+    it resolved; without arguments print the schema; ``--help`` says so."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m incastlab.spec",
+        description="Check an incastlab spec and print it resolved (defaults and "
+                    "overrides applied; a sweep's runs listed), or, without a spec, print "
+                    "the schema: every field, its default, what is allowed and what it "
+                    "means. Exit status 2 lists every problem by field. "
+                    "`incastlab check SPEC` also prints the host placement.")
+    parser.add_argument("spec", nargs="?", default=None, help="spec file (TOML)")
+    parser.add_argument("overrides", nargs="*", metavar="table.field=value",
+                        help="overrides, as --set takes them (value in TOML syntax)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.spec is None:
         for key, default, allowed, doc in schema_rows():
             print(f"{key:32} {default:12} {allowed}\n{'':32} {doc}")
         return 0
     try:
-        spec = load_spec(argv[0], argv[1:], allow_sweep=True)
+        spec = load_spec(args.spec, args.overrides, allow_sweep=True)
     except SpecError as exc:
         print(exc, file=sys.stderr)
         return 2
