@@ -15,6 +15,7 @@ APT_PACKAGES=(
   mininet openvswitch-switch      # emulator library + mnexec, and the switches
   iperf3 tcpdump ethtool iputils-ping iproute2 procps  # tools the runner calls in hosts
   python3 python3-venv python3-pip make
+  tshark  # Wireshark's TCP analysis: a root test checks our retransmission counts with it
 )
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

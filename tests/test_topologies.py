@@ -1,5 +1,6 @@
 """Rootless tests of the topology descriptions: counts, names, DPIDs, ports, addresses."""
 import ipaddress
+import operator
 import subprocess
 from pathlib import Path
 
@@ -7,7 +8,8 @@ import pytest
 
 from incastlab.topologies import naming
 from incastlab.topologies.leafspine import LeafSpineTopo, StarTopo, TopologyError
-from incastlab.topologies.links import ack_filter_bytecode, tc_commands
+from incastlab.topologies.links import (FLOW_CLASSES, flow_classid, flow_hash_bytecode,
+                                        flow_slot, tc_commands)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -85,46 +87,50 @@ def test_tc_commands_shape_and_limit():
     assert tc_commands("x", 5, 30, "2ms")[2][-5:] == ["netem", "delay", "2ms", "limit", "30"]
 
 
-def test_tc_commands_hosts_serve_pure_acks_first():
-    cmds = tc_commands("h1-eth0", 20.0, 1000, None, ack_filter="1,6 0 0 0")
-    assert cmds[0][-4:] == ["1:", "htb", "default", "20"]  # unclassified = bulk
-    root = next(c for c in cmds if "classid" in c and c[c.index("classid") + 1] == "1:1")
-    assert root[root.index("rate") + 1] == "20mbit"  # the link rate is unchanged
-    by_id = {c[c.index("classid") + 1]: c for c in cmds if "classid" in c and c[1] == "class"}
-    assert by_id["1:30"][-2:] == ["prio", "0"] and by_id["1:20"][-2:] == ["prio", "1"]
-    assert by_id["1:30"][by_id["1:30"].index("ceil") + 1] == "20mbit"
-    assert by_id["1:20"][by_id["1:20"].index("ceil") + 1] == "20mbit"
+def test_tc_commands_hosts_get_round_robin_flow_fifos():
+    cmds = tc_commands("h1-eth0", 20.0, 1000, None, flow_filter="1,6 0 0 0", flow_classes=4)
+    assert cmds[0][-4:] == ["1:", "htb", "default", "100"]  # unclassified = slot 0 (hex)
+    by_id = {c[c.index("classid") + 1]: c for c in cmds if c[1] == "class"}
+    assert sorted(by_id) == ["1:1", "1:100", "1:101", "1:102", "1:103"]
+    root = by_id["1:1"]
+    assert root[root.index("rate") + 1] == root[root.index("ceil") + 1] == "20mbit"
+    for s in range(4):
+        leaf = by_id[flow_classid(s)]
+        assert leaf[leaf.index("parent") + 1] == "1:1"
+        # ~0 own rate: all of it borrows from 1:1's one bucket; the link as ceil
+        assert leaf[leaf.index("rate") + 1] == "8kbit"
+        assert leaf[leaf.index("ceil") + 1] == "20mbit"
+        assert leaf[leaf.index("quantum") + 1] == "1514"  # one frame per round
+        assert "prio" not in leaf  # all equal: plain round-robin
     qdiscs = {c[c.index("handle") + 1]: c for c in cmds if c[1] == "qdisc" and "parent" in c}
-    assert qdiscs["10:"][-3:] == ["pfifo", "limit", "1000"]  # bulk stays the sampled 10:
-    assert qdiscs["10:"][qdiscs["10:"].index("parent") + 1] == "1:20"
-    assert qdiscs["30:"][qdiscs["30:"].index("parent") + 1] == "1:30"
+    assert sorted(qdiscs) == ["100:", "101:", "102:", "103:"]
+    assert all(q[-3:] == ["pfifo", "limit", "1000"] for q in qdiscs.values())
+    assert qdiscs["102:"][qdiscs["102:"].index("parent") + 1] == "1:102"
     (flt,) = [c for c in cmds if c[1] == "filter"]
-    assert flt[flt.index("bpf"):] == ["bpf", "bytecode", "1,6 0 0 0", "classid", "1:30"]
-    delayed = tc_commands("h1-eth0", 20.0, 1000, "2ms", ack_filter="1,6 0 0 0")
-    netems = [c for c in delayed if "netem" in c]
-    assert len(netems) == 2  # ACKs skip the bulk queue, never the delay
+    assert flt[flt.index("bpf"):] == ["bpf", "bytecode", "1,6 0 0 0"]  # it returns the class
+    assert flt[flt.index("protocol") + 1] == "all"  # ARP too: slot 0
+    delayed = tc_commands("h1-eth0", 20.0, 1000, "2ms", flow_filter="1,6 0 0 0",
+                          flow_classes=4)
+    assert len([c for c in delayed if "netem" in c]) == 4  # every FIFO has the delay
+    assert len(tc_commands("h1-eth0", 20.0, 1000, None, flow_filter="1,6 0 0 0")) == \
+        2 + 2 * FLOW_CLASSES + 1
+    # switches: one FIFO, unchanged, no filter
     assert tc_commands("lf1-eth1", 20.0, 20, None) == \
-        tc_commands("lf1-eth1", 20.0, 20, None, ack_filter=None)
+        tc_commands("lf1-eth1", 20.0, 20, None, flow_filter=None)
     assert not [c for c in tc_commands("lf1-eth1", 20.0, 20, None) if c[1] == "filter"]
 
 
-def test_ack_filter_bytecode_takes_tcpdump_ddd():
-    # tcpdump's match returns the snap length; cls_bpf needs -1 ("use my classid")
-    assert ack_filter_bytecode("4\n40 0 0 12\n21 0 1 2048\n6 0 0 262144\n6 0 0 0\n") == \
-        "4,40 0 0 12,21 0 1 2048,6 0 0 4294967295,6 0 0 0"
-    with pytest.raises(ValueError):
-        ack_filter_bytecode("tcpdump: lo: You don't have permission")
-    with pytest.raises(ValueError):
-        ack_filter_bytecode("5\n6 0 0 0\n")  # count and lines disagree
-
-
 def _run_bpf(bytecode: str, frame: bytes) -> int:
-    """A tiny classic-BPF interpreter for the instructions tcpdump emits for the ACK
-    filter (loads, ALU, jumps, scratch memory, ret): enough to check what it matches."""
-    insns = [tuple(int(x) for x in i.split()) for i in bytecode.split(",")[1:]]
+    """A small classic-BPF interpreter (linux/filter.h semantics: 32-bit unsigned A and
+    X, 16 scratch words, jumps relative to the next instruction; a load past the frame's
+    end returns 0, as the kernel does) for the instructions our programs use."""
+    count, *rest = bytecode.split(",")
+    insns = [tuple(int(x) for x in i.split()) for i in rest]
+    assert int(count) == len(insns)
     a = x = 0
-    mem = [0] * 16
+    mem = [None] * 16
     pc = 0
+    m32 = 0xFFFFFFFF
     while True:
         code, jt, jf, k = insns[pc]
         pc += 1
@@ -136,11 +142,14 @@ def _run_bpf(bytecode: str, frame: bytes) -> int:
                 continue
             n = {0x00: 4, 0x08: 2, 0x10: 1}[size]
             if mode == 0x60:  # M[k]
+                assert mem[k] is not None, "scratch word read before written"
                 val = mem[k]
             elif mode == 0x00:  # imm
                 val = k
             else:
                 off = k + (x if mode == 0x40 else 0)
+                if off + n > len(frame):
+                    return 0  # the kernel aborts the program: no match
                 val = int.from_bytes(frame[off:off + n], "big")
             if cls == 0x00:
                 a = val
@@ -148,48 +157,120 @@ def _run_bpf(bytecode: str, frame: bytes) -> int:
                 x = val
         elif cls == 0x02:
             mem[k] = a
+        elif cls == 0x03:
+            mem[k] = x
         elif cls == 0x04:  # alu
             op, b = code & 0xF0, (x if src_x else k)
-            a = {0x00: a + b, 0x10: a - b, 0x50: a & b, 0x60: a << b,
-                 0x70: a >> b}[op] & 0xFFFFFFFF
+            ops = {0x00: operator.add, 0x10: operator.sub, 0x20: operator.mul,
+                   0x30: operator.floordiv, 0x40: operator.or_, 0x50: operator.and_,
+                   0x60: operator.lshift, 0x70: operator.rshift, 0x90: operator.mod,
+                   0xA0: operator.xor}
+            a = ops[op](a, b) & m32
         elif cls == 0x05:  # jmp
             op, b = code & 0xF0, (x if src_x else k)
+            if op == 0x00:  # ja
+                pc += k
+                continue
             hit = {0x10: a == b, 0x20: a > b, 0x30: a >= b, 0x40: bool(a & b)}[op]
             pc += jt if hit else jf
-        elif cls == 0x06:
-            return k
+        elif cls == 0x06:  # ret #k / ret a
+            return a if code & 0x18 == 0x10 else k
         elif cls == 0x07:
             a, x = (x, x) if code == 0x87 else (a, a)  # txa / tax
         else:
             raise AssertionError(f"unexpected BPF code {code}")
 
 
-def _tcp_frame(payload: int, flags: int) -> bytes:
-    ip_len = 20 + 32 + payload  # TCP with 12 bytes of options (timestamps)
-    ip = bytes([0x45, 0, ip_len >> 8, ip_len & 0xFF, 0, 0, 0x40, 0, 64, 6, 0, 0,
-                10, 0, 1, 1, 10, 0, 2, 1])
-    tcp = bytes([0x9C, 0x40, 0x14, 0x51]) + bytes(8) + bytes([0x80, flags]) + bytes(18)
-    return bytes(12) + b"\x08\x00" + ip + tcp + bytes(payload)
+def _ip(addr: str) -> bytes:
+    return bytes(int(o) for o in addr.split("."))
 
 
-def test_the_ack_filter_matches_pure_acks_only():
-    """The real filter, compiled by tcpdump, run on hand-made frames: pure ACKs and SYNs
-    match (cls_bpf: -1 = this filter's class); data, FIN and RST do not."""
-    import shutil
+def _frame(src: str, dst: str, sport: int, dport: int, *, proto: int = 6, payload: int = 0,
+           flags: int = 0x10, ihl: int = 5, frag: int = 0) -> bytes:
+    """An Ethernet + IPv4 frame; TCP (12 option bytes) or UDP after ``ihl`` words."""
+    l4 = (sport.to_bytes(2, "big") + dport.to_bytes(2, "big")
+          + (bytes(8) + bytes([0x80, flags]) + bytes(18) if proto == 6 else bytes(4)))
+    ip_len = 4 * ihl + len(l4) + payload
+    ip = bytes([0x40 | ihl, 0, ip_len >> 8, ip_len & 0xFF, 0, 0, frag >> 8, frag & 0xFF,
+                64, proto, 0, 0]) + _ip(src) + _ip(dst) + bytes(4 * ihl - 20)
+    return bytes(12) + b"\x08\x00" + ip + l4 + bytes(payload)
 
-    from incastlab.topologies.links import pure_ack_bytecode
-    if shutil.which("tcpdump") is None:
-        pytest.skip("tcpdump is not installed")
-    code = pure_ack_bytecode()
-    match = 0xFFFFFFFF
-    assert _run_bpf(code, _tcp_frame(0, 0x10)) == match  # pure ACK
-    assert _run_bpf(code, _tcp_frame(0, 0x02)) == match  # SYN
-    assert _run_bpf(code, _tcp_frame(0, 0x12)) == match  # SYN-ACK
-    assert _run_bpf(code, _tcp_frame(1, 0x18)) == 0  # one byte of data
-    assert _run_bpf(code, _tcp_frame(20, 0x10)) == 0  # a short last segment
-    assert _run_bpf(code, _tcp_frame(1448, 0x10)) == 0
-    assert _run_bpf(code, _tcp_frame(0, 0x11)) == 0  # FIN
-    assert _run_bpf(code, _tcp_frame(0, 0x14)) == 0  # RST
+
+def _slot(result: int) -> int:
+    assert result >> 16 == 1, hex(result)  # a classid of qdisc 1: (not 0 = no match)
+    return (result & 0xFFFF) - 0x100
+
+
+def test_flow_hash_keeps_a_connection_in_one_class_in_both_directions():
+    """The program the hosts run, on hand-made frames: every packet of a connection —
+    data, a short last segment, a pure ACK, SYN, FIN, RST — gets one class, and the
+    other direction the same one (the hash is symmetric, like Linux's flow hash)."""
+    code = flow_hash_bytecode()
+    a, b = ("10.0.1.1", 40001), ("10.0.2.1", 5001)
+    slots = {_slot(_run_bpf(code, _frame(s[0], d[0], s[1], d[1], payload=n, flags=f)))
+             for s, d in ((a, b), (b, a)) for n, f in (
+                 (1448, 0x10), (20, 0x18), (0, 0x10), (0, 0x02), (0, 0x11), (0, 0x14))}
+    assert len(slots) == 1
+    # kernel-checked anchor: in a sandbox namespace cls_bpf put this connection's packets
+    # in class 1:111 (slot 17), with 40002 -> 1:13d (61) and 40003 -> 1:118 (24)
+    assert slots == {17}
+    assert flow_slot("10.0.1.1", "10.0.2.1", 40002, 5001) == 61
+    assert flow_slot("10.0.2.1", "10.0.1.1", 5001, 40003) == 24
+
+
+def test_flow_hash_program_and_its_python_mirror_agree():
+    import random
+
+    rng = random.Random(13)
+    code = flow_hash_bytecode()
+    for _ in range(2000):
+        src = f"10.0.{rng.randint(1, 99)}.{rng.randint(1, 99)}"
+        dst = f"10.0.{rng.randint(1, 99)}.{rng.randint(1, 99)}"
+        sport, dport = rng.randint(1, 65535), rng.randint(1, 65535)
+        proto = rng.choice([6, 17])
+        ihl = rng.choice([5, 5, 6, 15])  # IP options move the ports
+        got = _slot(_run_bpf(code, _frame(src, dst, sport, dport, proto=proto, ihl=ihl)))
+        assert got == flow_slot(src, dst, sport, dport, proto), (src, dst, sport, dport)
+    # ICMP and later fragments: no ports to read, the addresses alone
+    icmp = _frame("10.0.1.1", "10.0.1.2", 0x0800, 0x1234, proto=1)
+    assert _slot(_run_bpf(code, icmp)) == flow_slot("10.0.1.1", "10.0.1.2", proto=1)
+    frag = _frame("10.0.1.1", "10.0.1.2", 7, 9, proto=17, frag=0x00B9)
+    assert _slot(_run_bpf(code, frag)) == flow_slot("10.0.1.1", "10.0.1.2", proto=1)
+    # a first fragment (MF set, offset 0) still has its ports
+    first = _frame("10.0.1.1", "10.0.1.2", 7, 9, proto=17, frag=0x2000)
+    assert _slot(_run_bpf(code, first)) == flow_slot("10.0.1.1", "10.0.1.2", 7, 9, 17)
+    # ARP: no match -> HTB's default class (slot 0)
+    assert _run_bpf(code, bytes(12) + b"\x08\x06" + bytes(28)) == 0
+    assert _run_bpf(flow_hash_bytecode(4), _frame("10.0.1.1", "10.0.2.1", 1, 2)) >> 16 == 1
+
+
+def test_flow_hash_spreads_a_hosts_connections():
+    """Two connections of one host share a FIFO with probability ~1/FLOW_CLASSES (random
+    ephemeral ports); a ring rank's connections to its two neighbours are the case that
+    matters. Binomial: 20,000 pairs at p = 1/64 -> 312 +- 18 (1 sigma)."""
+    import random
+
+    rng = random.Random(7)
+    n, same = 20_000, 0
+    for _ in range(n):
+        me = f"10.0.{rng.randint(1, 4)}.{rng.randint(1, 4)}"
+        left = (f"10.0.{rng.randint(1, 4)}.{rng.randint(1, 4)}", rng.randint(32768, 60999))
+        right = (f"10.0.{rng.randint(1, 4)}.{rng.randint(1, 4)}", rng.randint(32768, 60999))
+        same += flow_slot(me, left[0], rng.randint(32768, 60999), left[1]) == \
+            flow_slot(me, right[0], rng.randint(32768, 60999), right[1])
+    assert abs(same - n / FLOW_CLASSES) < 5 * (n / FLOW_CLASSES) ** 0.5, same
+    # and every slot is used about equally by one host's connections to one peer
+    counts = [0] * FLOW_CLASSES
+    for port in range(32768, 32768 + 64 * 300):
+        counts[flow_slot("10.0.1.1", "10.0.1.2", port, 29500)] += 1
+    assert min(counts) > 300 - 5 * 300 ** 0.5 and max(counts) < 300 + 5 * 300 ** 0.5, counts
+
+
+def test_flow_hash_program_refuses_impossible_class_counts():
+    with pytest.raises(ValueError):
+        flow_hash_bytecode(0)
+    with pytest.raises(ValueError):
+        flow_hash_bytecode(0x10000)
 
 
 def test_stock_mininet_can_load_the_custom_file():

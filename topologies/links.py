@@ -6,155 +6,270 @@ this machine kind has no netem. So every switch egress port gets
     root HTB (rate = link bw) -> class 1:1 -> pfifo limit=queue_packets  (handle 10:)
 
 which makes drops happen in one known queue and be counted by ``tc -s qdisc show``.
-Hosts get the same HTB shaping with a deep pfifo (``HOST_QUEUE_PACKETS``), like a NIC's
-txqueuelen, so that congestion drops happen in the fabric, not in the sender's stack —
-plus one thing switches do not get: pure ACKs (TCP segments without payload, FIN or RST,
-picked exactly by a cls_bpf filter compiled from PURE_ACK_EXPR) have an HTB class of
-their own that is served first (handle ``30:``; everything else stays in ``10:``):
 
-    root HTB -> 1:1 (rate = link bw) -> 1:20 bulk, prio 1 -> pfifo (handle 10:)
-                                     -> 1:30 ACKs, prio 0 -> pfifo (handle 30:)
+Hosts get the same HTB shaping, but flow-fair, as any current Linux host's qdisc is
+(fq_codel or fq, neither of which this kernel has): FLOW_CLASSES leaf classes served
+round-robin one packet's worth at a time (HTB's deficit round-robin, quantum = one
+1514-byte frame), each a FIFO (pfifo of ``HOST_QUEUE_PACKETS``, deep like a NIC's
+txqueuelen, so that congestion drops happen in the fabric, not in the sender's stack).
+A classic-BPF program run by cls_bpf (`flow_hash_bytecode`, built here, mirrored by
+`flow_slot`) picks the class from a hash of the connection's 4-tuple:
 
-Why: a host that sends and receives at once (every rank of a ring all-reduce; not a PS
-worker, which only pushes) used to put the ACKs of its incoming flow behind its own
-outgoing data in one FIFO. TCP small queues keep that FIFO at tens of packets, not 1000,
-but that is still milliseconds per ACK: in a 4-rank ring at 50 Mbit/s the captures
-showed a median of 5-10 ms (90th percentile 15-19 ms) between a data packet's arrival
-and its ACK leaving the host, against 2 ms in the switch queues, which inflates every
-incoming flow's RTT and ACK-clocks it in bursts. With this class the turnaround is
-0.2 ms (benchmarks/allreduce_efficiency.py; root test
-test_hosts_send_acks_ahead_of_their_own_data: 18 ms median in one FIFO at 20 Mbit/s).
-Why pure ACKs only: an earlier version sent every packet under 128 bytes first, and the
-short last segment of a data message then overtook the full segments queued before it
-on the same connection; the receiver saw reordering, and the senders retransmitted data
-that had not been lost (a ring demo run: 19 spurious retransmissions, and the captures
-counted reordered originals as retransmissions). A pure ACK occupies no sequence space,
-so sending it early reorders nothing TCP cares about.
-Trade-off: a real host's NIC ring is a FIFO, but the qdisc above it is, on any current
-Linux, flow-fair (fq_codel or fq, neither of which this kernel has), and there a pure-ACK
-flow does not wait behind a bulk flow either (while a flow's own packets stay in order);
-a shared deep FIFO was the less faithful choice. The class only reorders the host's own
-packets across connections: its rate, the switch queues and what they hold are
-unchanged. (What tc *counts* as dropped at a switch port does shift with the packet mix:
-see analysis/reconcile.py on the OVS userspace send path.) The ACK class is guaranteed
-ACK_SHARE of the link and may borrow the rest; bulk may borrow all of it.
+    root HTB -> 1:1 (rate = link bw, the only token bucket) -> 1:100 .. 1:13f, one per
+                slot, rate ~0, ceil = link, quantum 1514 -> pfifo (handles 100: .. 13f:)
 
-Where a delay is asked for, netem (with the packet limit) replaces the pfifo child;
+Why per connection: a host that sends and receives at once (every rank of a ring
+all-reduce) used to put the ACKs of its incoming flow behind its own outgoing data in one
+FIFO: a median of 5-10 ms per ACK in a 4-rank ring at 50 Mbit/s (18 ms at 20 Mbit/s),
+against 2 ms in the switch queues, which inflated every incoming flow's RTT and
+ACK-clocked it in bursts. The fix before this one gave pure ACKs a class of their own,
+served first; but a pure ACK then also overtook its *own* connection's queued data (gloo
+sends small messages back over a ring connection), and since it carries the newest
+sequence number, every such data segment arrived looking old: Wireshark's TCP analysis
+of a ring demo's host capture flagged ~2,650 "retransmissions" where the kernel counted
+50 (issue 13). Per-connection FIFOs give both: a connection's ACKs wait for no other
+connection's bulk, and nothing of a connection — data, ACK, FIN — ever overtakes
+anything of the same connection, exactly as under fq/fq_codel.
+
+The hash is symmetric (the sum of the two addresses and the sum of the two ports, each
+mixed by a 32-bit multiply; like Linux's own flow hash, which orders the endpoints
+first), so a connection has one slot in both directions; on a host's egress only one
+direction is ever seen, so symmetry changes no host's grouping, it only makes a slot a
+property of the connection (what analysis and tests can name). Non-first IP fragments
+and protocols without ports hash on the addresses alone; non-IP frames (ARP) take slot 0
+(HTB's default class). Why 64 slots and not a handful: two connections of a host that
+share a slot are one FIFO again, and with random ephemeral ports a pair collides with
+probability 1/FLOW_CLASSES — 1 in 8 per ring rank with 8 slots (an 8-rank ring would
+have a colliding rank in 2 runs of 3), 1 in 64 here. An idle class costs nothing (HTB
+only visits backlogged ones) and bring-up is one ``tc -batch``.
+Why rate ~0 on the leaves: every byte then borrows from 1:1, so the link's single token
+bucket (its rate and its burst) shapes the host exactly as one class did, and HTB's
+round-robin among borrowing classes is what orders them; a leaf with a guaranteed rate
+and its own burst could send that burst without asking the link's bucket.
+Trade-off: a real host's NIC ring is a FIFO, but the qdisc above it decides the order,
+and a shared deep FIFO was the less faithful choice. The classes only reorder the host's
+own packets across connections: the host's rate, the switch queues and what they hold
+are unchanged.
+
+Where a delay is asked for, netem (with the packet limit) replaces each pfifo child;
 bring-up refuses a delay when the kernel has no netem (see incastlab.preflight).
 
 Segmentation offloads are switched off on every interface: with OVS's userspace
-datapath TCP stalls otherwise, and captures then show wire-sized packets.
+datapath TCP stalls otherwise, and captures then show wire-sized packets. That alone does
+not make the *qdisc* see wire-sized packets: Linux gives every TCP socket software GSO
+and segments after the qdisc, so a host's queue held 20-45 kB super-packets (measured at
+20 Mbit/s), which HTB released whole, as line-rate bursts of 15-30 frames into the leaf
+port, and which made one round-robin turn of a bulk class cost an ACK 10-20 ms. So every
+interface also gets ``gso_max_segs 1``: TCP then builds one-segment skbs, the host's
+shaping is per frame, and a turn is one frame. (A real host at these rates sends
+similar trains: TCP sizes its TSO bursts to ~1 ms of its pacing rate, 2 segments at
+20 Mbit/s.)
 """
 from __future__ import annotations
 
-import functools
-import subprocess
+import ipaddress
+import os
+import shlex
+import tempfile
 
 from mininet.link import Intf, Link
 from mininet.node import OVSSwitch, Switch
 
-HOST_QUEUE_PACKETS = 1000
-QUEUE_HANDLE = "10:"  # the pfifo (or netem) child that holds the packets
-ACK_HANDLE = "30:"  # hosts: the queue of pure ACKs, served first
-ACK_SHARE = 0.1  # the ACK class's guaranteed share of the host link
-# Pure ACKs: TCP segments that carry no payload, no FIN and no RST (SYNs included:
-# nothing of their connection can be queued before them; a FIN or RST overtaking queued
-# data would end the connection early). Compiled by tcpdump into classic BPF for
-# cls_bpf, so the test is exact: IP length = IP header + TCP header.
-PURE_ACK_EXPR = ("tcp and (tcp[13] & 5) == 0 and "
-                 "ip[2:2] - ((ip[0] & 0xf) << 2) - ((tcp[12] & 0xf0) >> 2) == 0")
+HOST_QUEUE_PACKETS = 1000  # per host flow class
+QUEUE_HANDLE = "10:"  # switches: the pfifo (or netem) child that holds the packets
+FLOW_CLASSES = 64  # hosts: per-connection FIFOs served round-robin
+FLOW_MINOR_BASE = 0x100  # slot s is HTB class 1:(0x100 + s), its FIFO handle (0x100 + s):
+FLOW_QUANTUM = 1514  # bytes a class may send per round: one full Ethernet frame
+FLOW_LEAF_RATE = "8kbit"  # ~0: every byte borrows from 1:1 (see the module docstring)
+# The flow hash: Knuth's multiplicative constants (golden ratio; MurmurHash3's fmix).
+HASH_K1 = 0x9E3779B1
+HASH_K2 = 0x85EBCA6B
 OFFLOADS = ("tx", "tso", "gso")
 
 
+def flow_classid(slot: int) -> str:
+    """tc's name of the HTB class of host flow slot ``slot`` (minor numbers are hex)."""
+    return f"1:{FLOW_MINOR_BASE + slot:x}"
+
+
+def flow_handle(slot: int) -> str:
+    """tc handle of the FIFO under host flow slot ``slot``."""
+    return f"{FLOW_MINOR_BASE + slot:x}:"
+
+
 def tc_commands(dev: str, bw_mbps: float, queue_packets: int, delay: str | None,
-                ack_filter: str | None = None) -> list[list[str]]:
+                flow_filter: str | None = None,
+                flow_classes: int = FLOW_CLASSES) -> list[list[str]]:
     """The tc argument lists that shape ``dev`` to ``bw_mbps`` Mbit/s with a queue of
     ``queue_packets`` packets (pure: unit-tested without root).
 
-    ``ack_filter`` (hosts): classic-BPF bytecode in tc's "n,c t f k,..." form that picks
-    pure ACKs (see PURE_ACK_EXPR and `ack_filter_bytecode`); they go to a class of their
-    own that HTB serves before the bulk class, so that a host's ACKs do not wait behind
-    its own outgoing data."""
+    ``flow_filter`` (hosts): classic-BPF bytecode in tc's "n,c t f k,..." form that
+    returns each packet's flow class (see `flow_hash_bytecode`); the host then gets
+    ``flow_classes`` FIFOs of ``queue_packets`` each, served round-robin under the one
+    link-rate class 1:1."""
     # burst: at least one MTU-sized packet plus headroom; HTB's default burst at tens of
     # Mbit/s is ~1.6 kB and makes the achieved rate fall short under timer slack.
     burst_bytes = max(15_000, int(bw_mbps * 1e6 / 8 / 1000))  # >= 1 ms at line rate
-
-    def htb_rate(mbps: float) -> list[str]:  # guaranteed mbps, may borrow up to the link
-        return ["rate", f"{mbps:g}mbit", "ceil", f"{bw_mbps:g}mbit",
-                "burst", str(burst_bytes), "cburst", str(burst_bytes)]
-
-    rate = htb_rate(bw_mbps)
+    rate = ["rate", f"{bw_mbps:g}mbit", "ceil", f"{bw_mbps:g}mbit",
+            "burst", str(burst_bytes), "cburst", str(burst_bytes)]
     if delay:
         child = ["netem", "delay", delay, "limit", str(queue_packets)]
     else:
         child = ["pfifo", "limit", str(queue_packets)]
-    if not ack_filter:
+    if not flow_filter:
         return [
             ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1"],
             ["tc", "class", "replace", "dev", dev, "parent", "1:", "classid", "1:1", "htb", *rate],
             ["tc", "qdisc", "replace", "dev", dev, "parent", "1:1", "handle", QUEUE_HANDLE,
              *child],
         ]
-    return [
+    # unclassified (non-IP) frames: slot 0; HTB's "default" takes the minor in hex
+    cmds = [
         ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default",
-         "20"],
+         f"{FLOW_MINOR_BASE:x}"],
         ["tc", "class", "replace", "dev", dev, "parent", "1:", "classid", "1:1", "htb", *rate],
-        ["tc", "class", "replace", "dev", dev, "parent", "1:1", "classid", "1:20", "htb",
-         *htb_rate(bw_mbps * (1 - ACK_SHARE)), "prio", "1"],
-        ["tc", "class", "replace", "dev", dev, "parent", "1:1", "classid", "1:30", "htb",
-         *htb_rate(bw_mbps * ACK_SHARE), "prio", "0"],
-        ["tc", "qdisc", "replace", "dev", dev, "parent", "1:20", "handle", QUEUE_HANDLE,
-         *child],
-        ["tc", "qdisc", "replace", "dev", dev, "parent", "1:30", "handle", ACK_HANDLE,
-         *child],  # the same delay (if any) as the bulk queue, never behind its packets
-        ["tc", "filter", "replace", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1",
-         "bpf", "bytecode", ack_filter, "classid", "1:30"],
     ]
+    # leaves: rate ~0, so all they send borrows from 1:1's bucket; ceil = the link so one
+    # connection alone still gets all of it; burst: one frame (what a leaf idle for
+    # FLOW_QUANTUM * 8 / 8 kbit = 1.5 s may send before asking 1:1), cburst as the link's
+    leaf = ["rate", FLOW_LEAF_RATE, "ceil", f"{bw_mbps:g}mbit", "burst", str(FLOW_QUANTUM),
+            "cburst", str(burst_bytes), "quantum", str(FLOW_QUANTUM)]
+    for s in range(flow_classes):
+        cmds.append(["tc", "class", "replace", "dev", dev, "parent", "1:1", "classid",
+                     flow_classid(s), "htb", *leaf])
+        cmds.append(["tc", "qdisc", "replace", "dev", dev, "parent", flow_classid(s),
+                     "handle", flow_handle(s), *child])
+    cmds.append(["tc", "filter", "replace", "dev", dev, "parent", "1:", "protocol", "all",
+                 "prio", "1", "bpf", "bytecode", flow_filter])
+    return cmds
 
 
-BPF_RET_K = 6  # classic BPF "ret #k"
-CLS_BPF_USE_CLASSID = 0xFFFFFFFF  # cls_bpf: -1 = "matched: use this filter's classid"
+# Classic BPF opcodes (linux/filter.h) used by the flow hash program.
+LD_W_ABS, LD_H_ABS, LD_B_ABS, LD_H_IND, LD_IMM, LD_MEM = 0x20, 0x28, 0x30, 0x48, 0x00, 0x60
+LDX_MSH, ST = 0xB1, 0x02
+ADD_X, MUL_K, XOR_X, RSH_K, MOD_K, ADD_K = 0x0C, 0x24, 0xAC, 0x74, 0x94, 0x04
+JA, JEQ_K, JSET_K = 0x05, 0x15, 0x45
+RET_K, RET_A, TAX = 0x06, 0x16, 0x07
+ETH_HLEN = 14
+ETH_P_IP = 0x0800
+PORT_PROTOS = (6, 17, 132)  # TCP, UDP, SCTP: ports at the start of the L4 header
 
 
-def ack_filter_bytecode(tcpdump_ddd: str) -> str:
-    """``tcpdump -ddd`` output (a count line, then "code jt jf k" lines) in the
-    comma-separated form ``tc ... bpf bytecode`` takes (pure).
+def flow_hash_program(flow_classes: int = FLOW_CLASSES) -> list[tuple[int, int, int, int]]:
+    """The classic-BPF program (code, jt, jf, k) that cls_bpf runs on each Ethernet frame
+    a host sends: it returns the HTB classid ``1:(FLOW_MINOR_BASE + flow_slot(...))``
+    (cls_bpf reads a return value other than 0 and -1 as the classid) and 0 for non-IP
+    frames (no match: HTB's default class, slot 0). Pure; `flow_slot` is its mirror."""
+    if not 1 <= flow_classes <= 0xFFFF - FLOW_MINOR_BASE:
+        raise ValueError(f"flow_classes must be 1..{0xFFFF - FLOW_MINOR_BASE}")
+    ip = ETH_HLEN
+    prog: list[tuple[int, int, int, int]] = []
+    labels: dict[str, int] = {}
+    fixups: list[tuple[int, str, str]] = []  # (index, "jt"/"jf"/"k", label)
 
-    tcpdump's programs return the snap length on a match; cls_bpf (not in direct-action
-    mode) reads any return value other than 0 and -1 as a class id, so every non-zero
-    ``ret #k`` becomes ``ret #-1``: "matched, use the filter's classid"."""
-    lines = [ln.strip() for ln in tcpdump_ddd.strip().splitlines() if ln.strip()]
-    if not lines or not lines[0].isdigit() or int(lines[0]) != len(lines) - 1:
-        raise ValueError(f"not tcpdump -ddd output: {tcpdump_ddd[:200]!r}")
-    insns = []
-    for ln in lines[1:]:
-        code, jt, jf, k = (int(x) for x in ln.split())
-        if code == BPF_RET_K and k != 0:
-            k = CLS_BPF_USE_CLASSID
-        insns.append(f"{code} {jt} {jf} {k}")
-    return ",".join([lines[0], *insns])
+    def emit(code, k=0, jt=None, jf=None):
+        i = len(prog)
+        prog.append((code, 0, 0, k))
+        for field, label in (("jt", jt), ("jf", jf)):
+            if label:
+                fixups.append((i, field, label))
+        return i
+
+    emit(LD_H_ABS, 12)
+    emit(JEQ_K, ETH_P_IP, jf="not_ip")
+    emit(LD_W_ABS, ip + 12)  # source address
+    emit(TAX)
+    emit(LD_W_ABS, ip + 16)  # destination address
+    emit(ADD_X)  # symmetric: the sum does not care which end is which
+    emit(MUL_K, HASH_K1)
+    emit(ST, 0)  # M[0] = mixed addresses
+    emit(LD_B_ABS, ip + 9)  # protocol
+    for proto in PORT_PROTOS:
+        emit(JEQ_K, proto, jt="ports")
+    emit(JA, 0, jt=None)
+    fixups.append((len(prog) - 1, "k", "no_ports"))
+    labels["ports"] = len(prog)
+    emit(LD_H_ABS, ip + 6)
+    emit(JSET_K, 0x1FFF, jt="no_ports")  # a later fragment carries no L4 header
+    emit(LDX_MSH, ip)  # X = IP header length
+    emit(LD_H_IND, ip)  # source port
+    emit(ST, 1)
+    emit(LD_H_IND, ip + 2)  # destination port
+    emit(TAX)
+    emit(LD_MEM, 1)
+    emit(ADD_X)  # symmetric again
+    emit(JA, 0)
+    fixups.append((len(prog) - 1, "k", "mix"))
+    labels["no_ports"] = len(prog)
+    emit(LD_IMM, 0)
+    labels["mix"] = len(prog)
+    emit(TAX)
+    emit(LD_MEM, 0)
+    emit(XOR_X)
+    emit(MUL_K, HASH_K2)
+    emit(RSH_K, 16)  # the multiply's best-mixed bits
+    emit(MOD_K, flow_classes)
+    emit(ADD_K, 0x10000 + FLOW_MINOR_BASE)  # classid 1:(base + slot)
+    emit(RET_A)
+    labels["not_ip"] = len(prog)
+    emit(RET_K, 0)
+    for i, field, label in fixups:
+        code, jt, jf, k = prog[i]
+        off = labels[label] - (i + 1)  # jumps are relative to the next instruction
+        if not 0 <= off <= 255 and field != "k":
+            raise AssertionError("BPF jump out of range")
+        if field == "jt":
+            jt = off
+        elif field == "jf":
+            jf = off
+        else:
+            k = off
+        prog[i] = (code, jt, jf, k)
+    return prog
 
 
-@functools.lru_cache(maxsize=1)
-def pure_ack_bytecode() -> str:
-    """PURE_ACK_EXPR compiled by tcpdump for Ethernet framing (the veths' link type);
-    tcpdump compiles it offline, with no interface and no privileges."""
-    out = subprocess.run(["tcpdump", "-y", "EN10MB", "-ddd", PURE_ACK_EXPR],
-                         capture_output=True, text=True, timeout=30)
-    if out.returncode != 0:
-        raise RuntimeError(f"tcpdump could not compile the ACK filter: {out.stderr.strip()}")
-    return ack_filter_bytecode(out.stdout)
+def flow_hash_bytecode(flow_classes: int = FLOW_CLASSES) -> str:
+    """`flow_hash_program` in the comma-separated form ``tc ... bpf bytecode`` takes."""
+    prog = flow_hash_program(flow_classes)
+    return ",".join([str(len(prog)), *(f"{c} {t} {f} {k}" for c, t, f, k in prog)])
+
+
+def flow_slot(src: str | int, dst: str | int, sport: int = 0, dport: int = 0,
+              proto: int = 6, flow_classes: int = FLOW_CLASSES) -> int:
+    """The host flow slot (0..flow_classes-1) of a packet, as the BPF program computes
+    it: the same for both directions of a connection. ``src``/``dst``: IPv4 addresses
+    (dotted or int); ports count for TCP, UDP and SCTP only (pure)."""
+    m = 0xFFFFFFFF
+    a = (int(ipaddress.IPv4Address(src)) + int(ipaddress.IPv4Address(dst))) & m
+    a = (a * HASH_K1) & m
+    p = (sport + dport) & m if proto in PORT_PROTOS else 0
+    h = ((a ^ p) * HASH_K2) & m
+    return (h >> 16) % flow_classes
 
 
 def _run(intf: Intf, argv: list[str]) -> str:
     """Run argv in the interface's node (its namespace); raise on failure."""
-    import shlex
-
     out = intf.node.cmd(" ".join(shlex.quote(a) for a in argv) + " 2>&1; echo __rc=$?")
     body, _, rc = out.rpartition("__rc=")
     if rc.strip() != "0":
         raise RuntimeError(f"{' '.join(argv)} failed on {intf.node.name}: {body.strip()}")
     return body
+
+
+def _run_tc(intf: Intf, cmds: list[list[str]]) -> None:
+    """Run tc argument lists in the interface's node: a host's ~130 in one ``tc -batch``
+    (one process instead of one per line), a switch port's three one by one."""
+    if len(cmds) <= 3:
+        for argv in cmds:
+            _run(intf, argv)
+        return
+    fd, path = tempfile.mkstemp(prefix="incastlab-tc-", suffix=".batch")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.writelines(" ".join(shlex.quote(a) for a in argv[1:]) + "\n" for argv in cmds)
+        _run(intf, ["tc", "-batch", path])
+    finally:
+        os.unlink(path)
 
 
 class QueuedIntf(Intf):
@@ -167,6 +282,10 @@ class QueuedIntf(Intf):
         # No IPv6 on emulated links: switch ports in the root namespace would otherwise
         # send router solicitations and MLD reports into the fabric and the captures.
         _run(self, ["sysctl", "-qw", f"net.ipv6.conf.{self.name}.disable_ipv6=1"])
+        # One segment per skb: "gso off" does not stop TCP from building super-packets
+        # (Linux gives every TCP socket software GSO and segments after the qdisc), so
+        # without this the qdisc holds 20-45 kB skbs (see the module docstring).
+        _run(self, ["ip", "link", "set", "dev", self.name, "gso_max_segs", "1"])
         self.bw, self.queue_packets, self.delay = bw, queue_packets, delay
         self.apply_queue()
         return result
@@ -177,10 +296,9 @@ class QueuedIntf(Intf):
             on_switch = isinstance(self.node, Switch)
             limit = self.queue_packets if (on_switch and self.queue_packets) \
                 else HOST_QUEUE_PACKETS
-            ack_filter = None if on_switch else pure_ack_bytecode()
-            for argv in tc_commands(self.name, float(self.bw), int(limit), self.delay,
-                                    ack_filter=ack_filter):
-                _run(self, argv)
+            flow_filter = None if on_switch else flow_hash_bytecode()
+            _run_tc(self, tc_commands(self.name, float(self.bw), int(limit), self.delay,
+                                      flow_filter=flow_filter))
 
 
 class QueuedOVSSwitch(OVSSwitch):
