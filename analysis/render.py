@@ -84,6 +84,12 @@ def _interactive(a, hot, limits, labels) -> dict[str, str]:
     return out
 
 
+def md_img(figs: dict, name: str) -> str:
+    """summary.md's link to a figure's PNG (plots/ beside it), or '' without one."""
+    p = figs.get(name)
+    return f"\n![{name}](plots/{Path(p).name})\n" if isinstance(p, Path) else ""
+
+
 def figure(figs: dict, name: str, alt: str) -> str:
     """A figure for report.html: the interactive one where there is one, else the PNG."""
     return figs.get(f"{name}_html") or _img(figs.get(name), alt)
@@ -348,7 +354,7 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
     hx = (tot_h + "<h3>Per port (tc drops vs losses seen in captures)</h3>" + port_h
           + "<h3>Per host (kernel vs captures)</h3>" + host_h + f"<ul>{notes}</ul>"
           + _img(figs.get("reconciliation"), "reconciliation"))
-    mx = (tot_m + "\nPer port:\n\n" + port_m + "\n"
+    mx = (tot_m + "\nPer port:\n\n" + port_m + "\n" + md_img(figs, "reconciliation")
           + "".join(f"- {n}\n" for n in recon["notes"]))
     out.append(("Reconciliation: queue counters, captures, kernel counters", hx, mx))
 
@@ -363,7 +369,8 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
         qh, qm = table(a, busy, "queues", full=qs, md_cols=[
             "iface", "kind", "drops", "max_backlog_pkts", "sent_bytes"], md_rows=12)
         out.append(("Queues (times in s since run start)",
-                    figure(figs, "queues", "queue occupancy") + qh + note, qm))
+                    figure(figs, "queues", "queue occupancy") + qh + note,
+                    md_img(figs, "queues") + qm))
 
     # incast episodes
     e = t["episodes"]
@@ -401,7 +408,8 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
             worst = ("<h3>The worst flow, packet by packet (time-sequence graph)</h3>"
                      + _img(figs.get("sequence"), "time-sequence graph of the worst flow"))
         out.append(("Flows (times in s since run start)",
-                    figure(figs, "throughput", "throughput") + fh + worst, fm))
+                    figure(figs, "throughput", "throughput") + fh + worst,
+                    md_img(figs, "throughput") + fm + md_img(figs, "sequence")))
     r = t["retrans"]
     if t["flows"].empty:
         out.append(("Retransmissions and RTOs", *none("no captures with TCP payload")))
@@ -433,7 +441,8 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
                     + _img(figs.get("retransmissions"), "retransmissions") + rto_h
                     + "<h3>Recovery episodes (s since run start)</h3>" + eps_h
                     + "<h3>Losses between capture points (s since run start)</h3>" + loss_h,
-                    txt + "\n" + rto_m + "\n\nRecovery episodes:\n\n" + eps_m))
+                    txt + "\n" + md_img(figs, "retransmissions") + rto_m
+                    + "\n\nRecovery episodes:\n\n" + eps_m))
         del r
 
     # training
@@ -462,7 +471,8 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
                     + "<h3>Per worker (straggler = last to finish a synchronous "
                     "step)</h3>" + pw_h
                     + "<h3>Iterations with network events (s since run start)</h3>" + hit_h,
-                    txt + "\n\nPer worker:\n\n" + pw_m))
+                    txt + "\n" + md_img(figs, "timeline") + md_img(figs, "iterations")
+                    + "\nPer worker:\n\n" + pw_m))
     if len(t["loss_curve"]):
         out.append(("Training: loss", _img(figs.get("loss"), "loss"),
                     f"final loss {_fmt(m['headline'].get('final_loss'))}\n"))
@@ -479,7 +489,7 @@ def sections(a, figs: dict) -> list[tuple[str, str, str]]:
                f"{_fmt(b.get('max_mean_down'))}, all {_fmt(b.get('max_mean_all'))}")
         bh, bm = table(a, t["balance"], "balance")
         out.append(("Fabric balance", f"<p>{txt}</p>" + _img(figs.get("balance"), "balance")
-                    + bh, txt + "\n\n" + bm))
+                    + bh, txt + "\n" + md_img(figs, "balance") + "\n" + bm))
 
     # configuration
     spec_text = (a.run_dir / "spec.toml").read_text() if (a.run_dir / "spec.toml").exists() \

@@ -116,6 +116,10 @@ def test_times_are_seconds_since_start_and_tables_fit(run):
         assert (d / "tables" / f"{name}.csv").exists(), name
         assert f"href='tables/{name}.csv'" in page, name
     assert "tables/flows.csv" in summary and "see report.html or metrics.json" not in summary
+    # summary.md shows the PNGs (report.html has the interactive versions)
+    for name in ("queues", "throughput", "timeline", "sequence"):
+        assert f"![{name}](plots/{name}.png)" in summary and (d / "plots" / f"{name}.png"
+                                                              ).exists(), name
     it_csv = pd.read_csv(d / "tables" / "iterations_with_events.csv")
     assert it_csv["t_start"].max() < 10  # seconds since the start, not epoch
 
