@@ -6,6 +6,9 @@ os-ken ships no manager command, so this starts the policy's app with
 os-ken (ryu_compat.py, installed here and nowhere else); an app that cannot be imported
 exits with status 3 and says which module or name failed.
 
+Policy ``external`` runs observer.py alone, as a second controller (slave role) beside
+the one the user runs.
+
 Every option is validated (registry.build_settings) before os-ken is imported and
 before anything listens; a refusal names the option and its allowed values and exits
 with status 2. The OpenFlow listener binds 127.0.0.1 only.
@@ -49,8 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="app: an os-ken or Ryu app, a .py file or a module name "
                         "(repeatable); its ryu.* imports resolve to os_ken.*")
     p.add_argument("--controller", default=None,
-                   help="external: the controller you run (127.0.0.1:PORT); refused "
-                        "here, as that policy starts nothing of ours")
+                   help="external: the controller you run (127.0.0.1:PORT); ours then "
+                        "only observes, as an OpenFlow slave")
     return p.parse_args(argv)
 
 

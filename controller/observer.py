@@ -1,7 +1,9 @@
 """Policy ``app``'s companion: watches the fabric while the user's own apps route it.
 
-It runs in the same os-ken process as the user's apps (launcher, ``--policy app``) and
-never sends a flow or a packet: it only
+With ``--policy app`` it runs in the same os-ken process as the user's apps; with
+``--policy external`` it is a second controller of every switch beside the user's, and
+asks each switch for the slave role first, so it gets no packet-ins and could not
+change a table if it tried. Either way it never sends a flow or a packet: it only
 
 - writes ``controller_ready.json`` once every switch of the fabric map has connected
   (what the fabric waits for; whether routes work is then checked with pings), and
@@ -25,7 +27,7 @@ from os_ken.controller.handler import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_
 from os_ken.lib import hub
 
 from incastlab.controller import records
-from incastlab.controller.registry import Settings
+from incastlab.controller.registry import POLICIES, Settings
 
 _SETTINGS: Settings | None = None
 
@@ -45,6 +47,7 @@ class FabricObserver(app_manager.OSKenApp):
             raise RuntimeError("FabricObserver needs settings: call observer.configure()")
         self.settings = _SETTINGS
         self.fabric = self.settings.fabric
+        self.slave = POLICIES[self.settings.policy].external  # beside the user's controller
         self.datapaths = {}            # dpid -> Datapath, switches of the map only
         self._ready_written = False
         self._lock = threading.Lock()  # the poller thread and the event thread
@@ -63,19 +66,33 @@ class FabricObserver(app_manager.OSKenApp):
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def _switch_features(self, ev):
         dp = ev.msg.datapath
-        switch = self.fabric.switch(dp.id)
+        # Not dp.id: os-ken's own handler sets it from this very message in another
+        # thread (native hub), and this one often runs first (seen: None here).
+        dpid = ev.msg.datapath_id
+        switch = self.fabric.switch(dpid)
         if switch is None:
-            self.logger.warning("switch %016x is not in the fabric map; ignored", dp.id)
+            self.logger.warning("switch %016x is not in the fabric map; ignored", dpid)
             return
+        if self.slave:
+            # Before anything else: an equal-role controller would get packet-ins too.
+            ofp, parser = dp.ofproto, dp.ofproto_parser
+            dp.send_msg(parser.OFPRoleRequest(dp, ofp.OFPCR_ROLE_SLAVE, 0))
         with self._lock:
-            self.datapaths[dp.id] = dp
+            self.datapaths[dpid] = dp
             connected = set(self.datapaths)
-        self.logger.info("switch %s (%016x) connected", switch.name, dp.id)
+        self.logger.info("switch %s (%016x) connected%s", switch.name, dpid,
+                         " (slave role asked for)" if self.slave else "")
         if not self._ready_written and connected >= set(self.fabric.dpids):
             path = records.write_ready(self.settings.out_dir, self.fabric.dpids, time.time())
             self._ready_written = True
             self.logger.info("ready: all %d switches connected (%s); the app(s) route them",
                              len(self.fabric.dpids), path)
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _error(self, ev):
+        msg = ev.msg
+        self.logger.error("OpenFlow error from %016x: type=%d code=%d data=%s",
+                          msg.datapath.id, msg.type, msg.code, msg.data[:64].hex())
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def _state_change(self, ev):

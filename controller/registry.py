@@ -23,7 +23,8 @@ class PolicySpec:
     # The user's own apps (--app, Ryu-style ``ryu.*`` imports allowed) run beside
     # ``module``, which then only observes (readiness, port statistics): see observer.py.
     user_apps: bool = False
-    # No controller of ours at all: the switches connect to the user's --controller.
+    # The switches connect to the user's --controller; ``module`` only observes, from a
+    # second connection in the slave role (no packet-ins, no table changes).
     external: bool = False
 
 
@@ -43,8 +44,9 @@ POLICIES = {
     "app": PolicySpec("incastlab.controller.observer",
                       "your own os-ken or Ryu app(s) (--app FILE.py or MODULE, repeatable)",
                       frozenset({"apps"}), user_apps=True),
-    "external": PolicySpec("", "a controller you run yourself on --controller "
-                               "127.0.0.1:PORT (nothing of ours is started)",
+    "external": PolicySpec("incastlab.controller.observer",
+                           "a controller you run yourself on --controller 127.0.0.1:PORT "
+                           "(ours only observes, as an OpenFlow slave)",
                            frozenset({"controller"}), external=True),
 }
 
@@ -131,8 +133,7 @@ def build_settings(policy: str, port: int, fabric_path: str, out_dir: str,
     Options that do not belong to the policy are refused, not ignored.
     ``hash_fields`` is a comma-separated list of field names (ovs_ext.HASH_FIELDS).
     ``apps`` (policy app): .py files or module names, files made absolute.
-    Policy external is refused: it starts no controller of ours (``controller`` is
-    accepted here only to say so).
+    ``controller`` (policy external): the user's controller, 127.x.y.z:PORT.
     """
     if policy not in POLICIES:
         raise OptionError(f"--policy {policy!r} is unknown; allowed: {', '.join(POLICIES)}")
@@ -145,8 +146,10 @@ def build_settings(policy: str, port: int, fabric_path: str, out_dir: str,
             raise OptionError(f"{POLICY_OPTIONS[name]} applies only to policy "
                               f"{' or '.join(users)}, not {policy!r}")
     if spec.external:
-        raise OptionError(f"--policy {policy} runs no controller of ours: the fabric "
-                          "connects to the controller you run (routing.controller)")
+        user_host, user_port = parse_controller(controller or DEFAULT_EXTERNAL)
+        if user_port == port:
+            raise OptionError(f"--controller {controller or DEFAULT_EXTERNAL} is on our own "
+                              f"--port {port}: give ours another port")
     if spec.user_apps:
         if not apps:
             raise OptionError(f"--policy {policy} needs at least one --app (a .py file or "

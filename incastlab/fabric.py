@@ -84,7 +84,8 @@ class Fabric:
         self.controller_port = controller_port
         self.congestion_control = congestion_control
         self.policy_args = list(policy_args or [])
-        # policy external: the switches connect to the user's controller, we start none
+        # policy external: the switches connect to the user's controller as well as to
+        # ours, which then only observes (slave role; see controller/observer.py)
         self.external: tuple[str, int] | None = external_controller(policy, self.policy_args)
         self.ready_timeout = ready_timeout
         self.check_reachability = check_reachability
@@ -116,9 +117,7 @@ class Fabric:
     def start(self) -> None:
         if self.capabilities is None:
             self.capabilities = run_preflight(
-                # policy external listens on nothing of ours: no port of ours to check
-                controller_port=None if self.external else self.controller_port,
-                need_netem=bool(self.topo.delay),
+                controller_port=self.controller_port, need_netem=bool(self.topo.delay),
                 congestion_control=self.congestion_control, lock=self.lock)
         self.lock.acquire(str(self.run_dir) if self.run_dir else None)
         # Holding the lock, any other recorded fabric belongs to a run that died without
@@ -144,8 +143,10 @@ class Fabric:
         switch = partial(QueuedOVSSwitch, owner=self.state.id,
                          datapath=self.capabilities.datapath,
                          protocols="OpenFlow13,OpenFlow15", failMode="secure")
-        ip, port = self.external or (LOCALHOST, self.controller_port)
-        controller = partial(QuietRemoteController, ip=ip, port=port)
+        controller = [partial(QuietRemoteController, ip=LOCALHOST, port=self.controller_port)]
+        if self.external:
+            ip, port = self.external
+            controller.append(partial(QuietRemoteController, ip=ip, port=port))
         self.net = Mininet(topo=self.topo, switch=switch, link=QueuedLink,
                            controller=controller, autoSetMacs=False, build=False)
         try:
@@ -197,7 +198,6 @@ class Fabric:
                 raise FabricError(f"policy external: no controller answers on {host}:{port} "
                                   f"(routing.controller): {exc.strerror or exc}; start "
                                   "yours first") from None
-            return
         argv = [sys.executable, "-m", "incastlab.controller", "--policy", self.policy,
                 "--port", str(self.controller_port), "--fabric",
                 str(self.run_dir / "fabric.json"), "--out", str(self.run_dir),
@@ -229,12 +229,10 @@ class Fabric:
 
     def controller_failed(self) -> str | None:
         """Why the controller is gone, or None while it works. Ours: its process exited.
-        Policy external, once ready: a switch lost its connection (OVSDB, checked at
-        most every EXTERNAL_CHECK_S: each check runs ovs-vsctl twice)."""
-        if self.external:
-            return self._external_lost()
+        Policy external, once ready, also: a switch lost its connection to the user's
+        controller (OVSDB, checked at most every EXTERNAL_CHECK_S: ovs-vsctl twice)."""
         if self.controller is None or self.controller.poll() is None:
-            return None
+            return self._external_lost() if self.external else None
         tail = ""
         for name in ("controller.out", "controller.log"):
             path = self.run_dir / name
@@ -248,7 +246,7 @@ class Fabric:
             return None  # before readiness, _wait_ready names what did not connect
         self._next_external_check = now + EXTERNAL_CHECK_S
         try:
-            missing = self.unconnected_switches()
+            missing = self.unconnected_switches(self._external_target())
         except (OSError, subprocess.SubprocessError, ValueError):
             return None  # OVSDB busy: ask again next time
         if not missing:
@@ -288,8 +286,8 @@ class Fabric:
             time.sleep(0.2)
 
     def _switches_connected(self, want: set[int], ready_file: Path) -> bool:
-        if self.external:
-            return not self.unconnected_switches()
+        if self.external and self.unconnected_switches(self._external_target()):
+            return False
         if not ready_file.exists():
             return False
         try:
@@ -298,13 +296,19 @@ class Fabric:
             return False
         return want <= have
 
-    def unconnected_switches(self) -> list[str]:
-        """Our switches whose OpenFlow connection to the controller is not up, from
-        OVSDB (Controller.is_connected), sorted by name."""
+    def _external_target(self) -> str:
+        host, port = self.external
+        return f"tcp:{host}:{port}"  # as Mininet's RemoteController writes it into OVSDB
+
+    def unconnected_switches(self, target: str | None = None) -> list[str]:
+        """Our switches whose OpenFlow connection to a controller (to ``target``, e.g.
+        'tcp:127.0.0.1:6653', when given) is not up, from OVSDB (Controller.is_connected,
+        which ovs-vswitchd refreshes every few seconds), sorted by name."""
         names = set(self.topo.switches())
         bridges = _ovsdb_rows("Bridge", "name,controller")
         controllers = {row["_uuid"]: row.get("is_connected") is True
-                       for row in _ovsdb_rows("Controller", "_uuid,is_connected")}
+                       for row in _ovsdb_rows("Controller", "_uuid,is_connected,target")
+                       if target is None or row.get("target") == target}
         up = {row["name"] for row in bridges
               if any(controllers.get(uuid) for uuid in _uuids(row.get("controller")))}
         return sorted(names - up)
@@ -323,16 +327,17 @@ class Fabric:
         return StormWatch(ifaces, self.topo.spines, storm_limit_pps(len(self.net.hosts)))
 
     def _not_ready_message(self, step: str, storm: StormWatch | None) -> str:
-        where = ("the controller you run" if self.external
-                 else f"{self.run_dir / 'controller.log'}")
+        where = (f"the controller you run and {self.run_dir / 'controller.log'}"
+                 if self.external else f"{self.run_dir / 'controller.log'}")
         text = f"fabric not ready after {self.ready_timeout:g} s: waiting for {step}"
         if step.startswith("switches"):
+            target = self._external_target() if self.external else None
             try:
-                missing = self.unconnected_switches()
+                missing = self.unconnected_switches(target)
             except (OSError, subprocess.SubprocessError, ValueError):
                 missing = []
             if missing:
-                text += f"; not connected: {', '.join(missing)}"
+                text += f"; not connected to {target or 'the controller'}: {', '.join(missing)}"
         elif storm is not None:
             text += ("; " + storm.advice("routes were not installed within the deadline"))
         return f"{text}; see {where}"

@@ -232,13 +232,20 @@ class DummyDatapath:
 
     def __init__(self, dpid):
         from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
-        self.id = dpid
+        self.id = self.dpid = dpid
         self.ofproto, self.ofproto_parser = ofproto_v1_3, ofproto_v1_3_parser
         self.sent = []
 
     def send_msg(self, msg):
         msg.serialize()
         self.sent.append(msg)
+
+
+def features(dp):
+    """A SwitchFeatures event as os-ken delivers it to an app: the datapath's own id is
+    not set yet (os-ken's handler sets it from this message in another thread)."""
+    dp.id = None
+    return SimpleNamespace(msg=SimpleNamespace(datapath=dp, datapath_id=dp.dpid))
 
 
 def test_observer_ready_when_every_switch_connected_and_logs_port_stats(tmp_path):
@@ -255,9 +262,9 @@ def test_observer_ready_when_every_switch_connected_and_logs_port_stats(tmp_path
     dps = [DummyDatapath(d) for d in fmap.dpids]
     ready = tmp_path / "controller_ready.json"
     for dp in dps[:-1]:
-        app._switch_features(SimpleNamespace(msg=SimpleNamespace(datapath=dp)))
+        app._switch_features(features(dp))
         assert not ready.exists()  # not every switch yet
-    app._switch_features(SimpleNamespace(msg=SimpleNamespace(datapath=dps[-1])))
+    app._switch_features(features(dps[-1]))
     assert json.loads(ready.read_text())["switches"] == fmap.dpids
     assert all(dp.sent == [] for dp in dps)  # it never touches the switches' tables
     # port statistics: the map's ports only, peers from the map
@@ -269,6 +276,8 @@ def test_observer_ready_when_every_switch_connected_and_logs_port_stats(tmp_path
                                    tx_bytes=tx, rx_dropped=0, tx_dropped=5, rx_errors=0,
                                    tx_errors=0, rx_frame_err=0, rx_over_err=0, rx_crc_err=0,
                                    collisions=0, duration_sec=0, duration_nsec=0)
+    for dp in dps:
+        dp.id = dp.dpid  # set by os-ken once the switch is in MAIN_DISPATCHER
     leaf_dp = next(dp for dp in dps if dp.id == leaf.dpid)
     body = [stat(1, 100), stat(3, 300), stat(leaf_dp.ofproto.OFPP_LOCAL, 9)]
     app._port_stats(SimpleNamespace(msg=SimpleNamespace(datapath=leaf_dp, body=body)))
@@ -278,6 +287,23 @@ def test_observer_ready_when_every_switch_connected_and_logs_port_stats(tmp_path
     cells = [r.split(",")[1:] for r in rows[1:]]
     assert cells == [["lf1", "1", "h1", "100", "3", "2", "1", "5"],
                      ["lf1", "3", "sp1", "300", "3", "2", "1", "5"]]
+
+
+def test_observer_beside_an_external_controller_asks_for_the_slave_role(tmp_path):
+    from incastlab.controller import observer
+    from incastlab.topologies.fabricmap import FabricMap
+    fmap = FabricMap.from_dict(StarTopo(senders=2).fabric_map().to_dict())
+    settings = build_settings("external", 6654, "fabric.json", str(tmp_path), fabric=fmap,
+                              controller="127.0.0.1:6653")
+    observer.configure(settings)
+    app = observer.FabricObserver()
+    dp = DummyDatapath(fmap.dpids[0])
+    app._switch_features(features(dp))
+    app.close()
+    # exactly one message, the role request: slave (no packet-ins, no table changes)
+    assert [type(m).__name__ for m in dp.sent] == ["OFPRoleRequest"]
+    assert dp.sent[0].role == dp.ofproto.OFPCR_ROLE_SLAVE
+    assert (tmp_path / "controller_ready.json").exists()
 
 
 # ---- registry, launcher, spec --------------------------------------------------------------
@@ -292,6 +318,8 @@ def star_fabric(tmp_path):
 def test_registry_app_and_external(star_fabric, tmp_path):
     assert {"app", "external"} <= set(POLICIES)
     assert POLICIES["app"].user_apps and POLICIES["external"].external
+    assert build_settings("external", 6654, star_fabric, str(tmp_path),
+                          controller="127.0.0.1:6653").policy == "external"
     s = build_settings("app", 6653, star_fabric, str(tmp_path), apps=[str(EXAMPLE), "a.b"])
     assert s.apps == (str(EXAMPLE), "a.b")
     rel = os.path.relpath(EXAMPLE)
@@ -302,7 +330,10 @@ def test_registry_app_and_external(star_fabric, tmp_path):
         ({"policy": "app", "apps": ["/no/such/app.py"]}, "--app '/no/such/app.py': no such"),
         ({"policy": "app", "apps": ["not a module"]}, "is not a .py file or a dotted module"),
         ({"policy": "single", "apps": ["x"]}, "--app applies only to policy app"),
-        ({"policy": "external"}, "--policy external runs no controller of ours"),
+        ({"policy": "external", "controller": "127.0.0.1:6653"},
+         "--controller 127.0.0.1:6653 is on our own --port 6653"),
+        ({"policy": "external"}, "--controller 127.0.0.1:6653 is on our own"),  # default
+        ({"policy": "external", "controller": "10.0.0.1:6653"}, "--controller must be 127"),
         ({"policy": "app", "apps": ["x"], "controller": "127.0.0.1:1"},
          "--controller applies only to policy external"),
     ]
