@@ -1,0 +1,60 @@
+"""Root tier: the classic incast collapse and its fix, a reduced specs/classic-incast.toml.
+
+8 senders on one switch each send a 64 KiB block per round to one receiver through a
+20-packet port queue at 200 Mbit/s: a round takes N·block/B = 21 ms at line rate, so a
+200 ms RTO_min costs ~10 rounds (collapse) and a 1 ms one almost nothing (recovery), as
+in Phanishayee et al. (FAST'08) and Vasudevan et al. (SIGCOMM'09)."""
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from incastlab.analysis.report import build_report
+from tests.rootnet import run_complete
+
+pytestmark = pytest.mark.root
+SENDERS, RATE_MBPS = 8, 200
+
+
+def _run(tmp_path_factory, rto_ms):
+    run_dir = tmp_path_factory.mktemp(f"incast-rto{rto_ms}")
+    manifest = run_complete(run_dir, [
+        "topology.kind=star", f"topology.host_bw_mbps={RATE_MBPS}",
+        "topology.queue_packets=20", "routing.policy=single", "workload.kind=incast",
+        f"workload.senders={SENDERS}", "workload.block_bytes=65536", "workload.rounds=10",
+        f"workload.rto_min_ms={rto_ms}"])
+    build_report(run_dir)
+    rounds = [json.loads(line) for log in sorted((run_dir / "workers").glob("*.jsonl"))
+              for line in log.read_text().splitlines() if '"round"' in line]
+    goodputs = [r["goodput_mbps"] for r in rounds if r.get("event") == "round"]
+    return {"dir": run_dir, "manifest": manifest, "goodputs": goodputs,
+            "summary": (run_dir / "summary.md").read_text()}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return {rto: _run(tmp_path_factory, rto) for rto in (200, 1)}
+
+
+def test_collapse_with_200ms_and_recovery_with_1ms(runs):
+    slow, fast = runs[200], runs[1]
+    for r in (slow, fast):
+        assert len(r["goodputs"]) == 10, r["goodputs"]
+        # inside the fabric's faithful range: the datapath kept up
+        assert not r["manifest"]["cpu"]["saturated"], r["manifest"]["cpu"]
+    g_slow, g_fast = statistics.mean(slow["goodputs"]), statistics.mean(fast["goodputs"])
+    # one 200 ms timeout in a round of 21 ms leaves at most 8*64 KiB*8/0.221 s = 19 Mbit/s
+    # for that round; collapse = well under half of what the 1 ms runs reach
+    assert g_slow < 0.5 * g_fast, (slow["goodputs"], fast["goodputs"])
+    # recovery: with RTO_min 1 ms (a few ms after the timer tick) the link stays busy
+    assert g_fast > 0.5 * RATE_MBPS, fast["goodputs"]
+
+
+def test_the_report_states_the_condition_with_the_runs_numbers(runs):
+    slow, fast = runs[200]["summary"], runs[1]["summary"]
+    assert "RTO_min ≫ N·block/B" in slow
+    assert f"{SENDERS} × 64 KiB" in slow and "N·block/B = 21.0 ms" in slow
+    assert "RTO_min = 200 ms" in slow and "collapse is expected" in slow
+    assert "RTO_min = 1 ms" in fast and "no collapse is expected" in fast
