@@ -60,7 +60,8 @@ class RingFields(TrainingFields):
 
 class RingJob(Job):
     kind = "ring"
-    summary = "ring all-reduce: every rank sends 2(N-1)/N of the model to its neighbour"
+    summary = ("data-parallel all-reduce: ring, halving-doubling, tree, hierarchical or "
+               "gloo's; optionally bucketed behind an emulated backward")
     logged_modes = ("ring", "gloo")
     Fields = RingFields
 
