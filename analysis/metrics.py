@@ -235,13 +235,12 @@ HEADLINE: list[Metric] = [
            "Packets a full switch egress queue refused, as Linux's qdisc counted them "
            "(sum over switch ports). On OVS's userspace datapath this counts refusals, "
            "0-2 per lost packet: read it beside the capture losses.",
-           lambda a: _get(a, "reconciliation", "tc_drops"), ("queues",), cli=True,
-           plot=True),
+           lambda a: _get(a, "reconciliation", "tc_drops"), ("queues",), cli=True),
     Metric("capture_losses", "losses seen in captures", "packets",
            "Packets the sender-side capture holds and the receiver-side capture never saw: "
            "packets really lost inside the network.",
            lambda a: _get(a, "reconciliation", "capture_losses"), ("pcap", "flows", "losses"),
-           cli=True),
+           cli=True, plot=True),
     Metric("retransmissions", "TCP retransmissions", "packets",
            "Data packets TCP sent a second time (seen in the captures), whatever the "
            "trigger: duplicate ACKs, a timeout or a tail-loss probe.",

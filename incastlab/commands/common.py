@@ -3,6 +3,7 @@ reporting."""
 from __future__ import annotations
 
 import sys
+import json
 from pathlib import Path
 
 from incastlab.fabric import DEFAULT_CONTROLLER_PORT
@@ -107,28 +108,37 @@ def compare_summary(table_path: Path, per_block: int = 5) -> str:
     """The CLI metrics of a comparison (compare.csv) for the terminal: a legend of the
     groups, then a table of each group's mean ± 95 % CI half-width per metric (groups as
     columns, `per_block` at a time)."""
-    import math
 
     import pandas as pd
 
-    from incastlab.analysis.metrics import for_cli, significant
+    from incastlab.analysis.metrics import for_cli
+
+    from incastlab.analysis.compare import cell_text
 
     try:
-        table = pd.read_csv(table_path)
-    except (OSError, ValueError):
-        return ""
+        # compare.json keeps each group's run values as a list (the CSV as text)
+        table = pd.DataFrame(json.loads(Path(table_path).with_name("compare.json")
+                                        .read_text())["table"])
+    except (OSError, ValueError, KeyError):
+        try:
+            table = pd.read_csv(table_path)
+        except (OSError, ValueError):
+            return ""
     if table.empty:
         return "comparison: no complete runs to compare"
     groups = list(dict.fromkeys(table["group"]))
     n = table.groupby("group")["n"].max()
-    lines = ["comparison (mean ± 95 % CI half-width over repetitions; n = runs):"]
+    lines = ["comparison (mean ± 95 % CI half-width with 3 or more runs, else each run's "
+             "value; n = runs):"]
     lines += [f"  [{i}] {g} (n={n[g]})" for i, g in enumerate(groups, start=1)]
+    declared = {m.name: m for m in for_cli()}
     cell = {}
-    for r in table.itertuples(index=False):
-        noise = 1e-9 * max(1.0, abs(r.mean))  # equal values leave a CI of ~1e-16
-        ci = "" if math.isnan(r.ci95) else \
-            f" ± {significant(r.ci95, 2) if r.ci95 > noise else '0'}"
-        cell[(r.metric, r.group)] = f"{significant(r.mean)}{ci}"
+    for r in table.to_dict("records"):
+        m = declared.get(r["metric"])
+        if m is None:
+            continue
+        stats = {k: (float("nan") if v is None else v) for k, v in r.items()}
+        cell[(r["metric"], r["group"])] = cell_text(stats, m.text)
     rows = [(m.label + (f" ({m.unit})" if m.unit else ""), m.name) for m in for_cli()
             if any((m.name, g) in cell for g in groups)]
     width = max(len(label) for label, _ in rows) if rows else 0
