@@ -7,11 +7,19 @@ or its drop counter rose since the previous sample. Hot samples less than two sa
 intervals apart form one episode. An episode runs from its first to its last hot sample
 (so durations are quantised to the sampling interval, which is added once). Senders are
 the distinct source hosts of flows whose path crosses the port and that sent data in the
-episode; RTOs are RTO firings of those flows whose silence began inside the episode.
-`fan_in` is the largest number of those senders whose flows went to one and the same
-receiver. An episode is flagged `incast` when fan_in >= 2: many-to-one traffic filled
-the queue. Two senders to two different receivers sharing an uplink (a ring's cross-leaf
-flows, an ECMP collision) make a congested queue, not incast.
+episode *with a material share of its bytes*: a host counts as a sender when its flows
+through the port carried at least half of an equal share of the distinct data bytes the
+captures saw crossing it from one sampling interval before the episode to its end
+(bytes_i >= total / (2 n), n = hosts that sent any; MATERIAL_SHARE). Incast senders bring
+comparable shares and all count (16 senders of 1/16 each are above 1/32); a control
+flow does not (the ~15 kB of a rendezvous store next to a ring's megabytes is under 1 %
+of the port's bytes, so a ring's queue that overflowed is not incast because of it).
+RTOs are RTO firings of any flow through the port whose silence began inside the episode.
+`fan_in` is the largest number of senders whose flows went to one and the same receiver.
+An episode is flagged `incast` when fan_in >= 2: many-to-one traffic of real volume
+filled the queue. Two senders to two different receivers sharing an uplink (a ring's
+cross-leaf flows, an ECMP collision) make a congested queue, not incast. `n_flows`
+counts every flow through the port that sent data in the episode.
 """
 from __future__ import annotations
 
@@ -24,6 +32,7 @@ from incastlab.topologies.fabricmap import FabricMap
 from .queues import path_ports, queue_deltas
 from .rundir import host_by_ip, spine_lookup
 
+MATERIAL_SHARE = 0.5  # of an equal share of the port's bytes: who counts as a sender
 COLUMNS = ["iface", "start", "end", "duration_s", "max_backlog_pkts", "limit_pkts", "drops",
            "n_senders", "senders", "fan_in", "n_flows", "rtos", "incast"]
 
@@ -66,15 +75,27 @@ def incast_episodes(queues: pd.DataFrame, fabric: FabricMap | None = None,
                    "fan_in": np.nan, "n_flows": np.nan, "rtos": np.nan}
             if data is not None and ip_host:
                 lo, hi = np.searchsorted(data["t"].to_numpy(), [t0 - step, t1])
-                active = data.iloc[lo:hi].drop_duplicates(["src", "dst", "sport", "dport"])
-                flows, senders, senders_to = [], set(), {}
-                for f in active.itertuples(index=False):
-                    src, dst = ip_to_str(f.src), ip_to_str(f.dst)
+                win = data.iloc[lo:hi]
+                key = ["src", "dst", "sport", "dport"]
+                # distinct bytes: a segment captured at several ports (or resent) once
+                distinct = win.drop_duplicates(key + ["seq"]) if "seq" in win else win
+                flow_bytes = distinct.groupby(key)["payload_len"].sum()
+                flows, sent, pair = [], {}, {}
+                for f, nbytes in flow_bytes.items():
+                    src, dst = ip_to_str(f[0]), ip_to_str(f[1])
                     sh, dh = ip_host.get(src), ip_host.get(dst)
-                    spine = spine_of(src, dst, f.sport, f.dport)
+                    spine = spine_of(src, dst, f[2], f[3])
                     if sh and dh and iface in path_ports(fabric, sh, dh, spine):
-                        flows.append((f.src, f.dst, f.sport, f.dport))
-                        senders.add(sh)
+                        flows.append(tuple(f))
+                        sent[sh] = sent.get(sh, 0) + float(nbytes)
+                        pair[sh, dh] = pair.get((sh, dh), 0) + float(nbytes)
+                floor = MATERIAL_SHARE * sum(sent.values()) / len(sent) if sent else 0.0
+                senders = {h for h, b in sent.items() if b > 0 and b >= floor}
+                # fan-in: material senders *to one receiver* (a sender's side flows to
+                # another host do not make it one of that host's senders)
+                senders_to = {}
+                for (sh, dh), b in pair.items():
+                    if b > 0 and b >= floor:
                         senders_to.setdefault(dh, set()).add(sh)
                 row["n_senders"] = len(senders)
                 row["senders"] = ",".join(sorted(senders))
