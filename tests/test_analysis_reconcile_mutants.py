@@ -323,3 +323,103 @@ def test_reconcile_without_captures_or_both_ends():
                   "(difference -1).")
     equal = _reconcile(retrans=RETRANS, counters=_counters(TcpRetransSegs=6))
     assert [x for x in equal["notes"] if x.startswith("Kernel")][0].endswith("(difference +0).")
+
+
+# ------------------------------------------------------------------ more edges
+
+def test_default_window_and_a_loss_before_the_first_sample():
+    # default window 0.05 s + one sample interval (0.25 s): from 0.5 s up to 0.8 s, so
+    # sp1-eth2's rise at 1.0 s is not this loss's
+    a = rec.attribute_losses(_lost((H1, H3, 0.5)), FAB, _queues({"sp1-eth2": {4: 2}}))
+    assert list(zip(a["port"], a["attributed_by"], strict=True)) == [("lf2-eth1", "last-hop")]
+    # a loss at the very first sample: that sample's rise counts
+    a = rec.attribute_losses(_lost((H1, H3, 0.0)), FAB, _queues({"lf2-eth1": {0: 0, 1: 1}}))
+    assert list(zip(a["port"], a["attributed_by"], strict=True)) == [
+        ("lf2-eth1", "queue-drops")]
+
+
+def test_several_captures_on_the_way_and_one_after_the_last_hop():
+    late = 9.0
+    # seen at lf1-eth3, not at sp1-eth2: lost in between, at sp1-eth2's queue
+    assert _placed(_lost((H1, H3, late, "lf1-eth3,sp1-eth2", "lf1-eth3"))) == [
+        ("sp1-eth2", "captures")]
+    # seen at lf1-eth3: the queue drops right after it (sp1-eth2) are the candidates'
+    assert _placed(_lost((H1, H3, 1.0, "lf1-eth3", "lf1-eth3")),
+                   _queues({"sp1-eth2": {4: 1}})) == [("sp1-eth2", "queue-drops")]
+    # seen by the last hop's own capture: no switch queue of the path is left
+    assert _placed(_lost((H1, H3, late, "lf2-eth1", "lf2-eth1"))) == [
+        ("?->10.0.2.1", "last-hop")]
+
+
+def test_totals_pair_each_measure_by_its_sources():
+    out = _reconcile(retrans=RETRANS)
+    tot = out["totals"]
+    by = tot.groupby("measure", sort=False)["source"].apply(list).to_dict()
+    kernel = {m: s for m, s in by.items() if len(s) == 2}
+    assert list(by) == ["packets dropped", "retransmitted segments",
+                        "segments resent in fast/SACK recovery", "segments resent after an RTO",
+                        "RTO firings", "loss recoveries entered", "tail-loss probes",
+                        "spurious retransmissions", "capture drops"]
+    assert len(kernel) == 8 and by["capture drops"] == ["tcpdump (manifest)"]
+    # a kernel row names the nstat counters it sums, as nstat spells them
+    names = {"retransmitted segments": ["TcpRetransSegs"],
+             "segments resent in fast/SACK recovery": ["TcpExtTCPFastRetrans"],
+             "segments resent after an RTO": ["TCPTimeouts", "TCPSlowStartRetrans"],
+             "RTO firings": ["TcpExtTCPTimeouts"],
+             "loss recoveries entered": ["TCPSackRecovery", "TCPRenoRecovery"],
+             "tail-loss probes": ["TcpExtTCPLossProbes"],
+             "spurious retransmissions": ["TcpExtTCPDSACKRecv"]}
+    for measure, counters in names.items():
+        source = next(s for s in by[measure] if s.startswith("kernel"))
+        assert all(c in source for c in counters), (measure, source)
+    # kernel rows that show one counter explain it with the counter's own meaning
+    for r in tot.itertuples(index=False):
+        for name, meaning in rec.KERNEL_COUNTERS.items():
+            if r.source == f"kernel {name}" and r.measure != "RTO firings":
+                assert r.meaning == meaning, r
+
+
+def test_reconcile_edges_exact():
+    k = _counters(TcpRetransSegs=7, TcpExtTCPSackRecovery=2, TcpExtTCPRenoRecovery=1)
+    out = _reconcile(tc=0, losses=0, retrans=RETRANS, counters=k, spurious=None,
+                     manifest={"cpu": None})
+    v = {(m, s.split(" ")[0]): val for m, s, val in zip(
+        out["totals"]["measure"], out["totals"]["source"], out["totals"]["value"], strict=True)}
+    assert v[("loss recoveries entered", "kernel")] == 3.0     # SACK + Reno
+    assert out["numbers"]["capture_spurious"] == 0             # none known: none counted
+    assert not any(x.startswith("tc counted") for x in out["notes"])  # 0 and 0: nothing to say
+    assert ("Kernel TcpRetransSegs 7 vs 6 retransmissions in the captures (difference +1). "
+            "The kernel also counts SYN/FIN retransmissions and retransmissions of flows not "
+            "captured at the sender.") in out["notes"]
+    only_tc = _reconcile(tc=4, losses=0)
+    assert only_tc["notes"][0] == (
+        "tc counted 4 drops; the captures show none (flows not captured at both ends, or no "
+        "pcaps). Never report a queue counter alone.")
+    # a manifest whose cpu entry is not a table, with fewer tc drops than losses
+    low = _reconcile(tc=1, losses=10, manifest={"datapath": "user", "cpu": "?"})
+    assert "Fewer tc drops than captured losses" in low["notes"][0]
+    # without captured flows the recoveries' note names no count
+    none = _reconcile(tc=None, losses=0, captured=0)
+    recov = none["totals"][(none["totals"]["measure"] == "loss recoveries entered")
+                           & none["totals"]["source"].str.startswith("captures")]
+    assert recov["meaning"].iloc[0] == ""
+    # captured_flows defaults to none
+    qsum = pd.DataFrame({"iface": ["sp1-eth2"], "kind": ["uplink"], "drops": [1.0]})
+    bare = rec.reconcile(queue_summary=qsum, attributed=pd.DataFrame(columns=["port"]),
+                         retrans=_retrans([]), spurious=None, counters=_counters(),
+                         manifest={})
+    assert bare["numbers"]["capture_retrans"] is None
+    assert bare["notes"][0].startswith("No TCP payload in any capture")
+
+
+def test_host_table_counts_probes_and_defaults():
+    r = _retrans([(H3, "tlp", True), (H3, "tlp", True), (H3, "fast", True),
+                  (H3, "tlp", False)])
+    counters = pd.DataFrame([{"host": "h2", "counter": "TcpRetransSegs", "delta": 1.0}])
+    h = rec.host_table(r, counters, FAB).set_index("host")
+    assert (h.loc["h3", "capture_retrans"], h.loc["h3", "capture_tlp"],
+            h.loc["h3", "capture_rto"]) == (4, 2, 0)
+    assert (h.loc["h2", "capture_retrans"], h.loc["h2", "capture_rto"],
+            h.loc["h2", "capture_tlp"]) == (0, 0, 0)
+    empty = rec.host_table(r.iloc[:0], pd.DataFrame(), None)
+    assert empty.empty and list(empty.columns) == HOST_COLUMNS
