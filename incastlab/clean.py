@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 
+from incastlab import subnet_guard
 from incastlab.preflight import PROBE_NETNS_PREFIX
 from incastlab.state import RunState, all_states, is_same_process
 
@@ -132,4 +133,7 @@ def clean(include_live: bool = False, attempts: int = 3) -> tuple[list[str], lis
     for ns in orphan_probe_namespaces():
         if _run(["ip", "netns", "delete", ns]).returncode == 0:
             removed.append(f"namespace {ns}")
+    # the emulated subnet's guard route belongs to the live run, if one is left
+    if not skipped and subnet_guard.remove():
+        removed.append(f"route unreachable {subnet_guard.SUBNET}")
     return removed, skipped

@@ -32,6 +32,7 @@ from incastlab.controller.registry import (DEFAULT_EXTERNAL, POLICIES, OptionErr
 from incastlab.lock import RunLock
 from incastlab.preflight import Capabilities, run_preflight
 from incastlab.state import RunState
+from incastlab import subnet_guard
 from incastlab.topologies.fabricmap import FabricMap
 from incastlab.topologies.leafspine import fabric_map
 from incastlab.topologies.links import QueuedLink, QueuedOVSSwitch
@@ -131,6 +132,11 @@ class Fabric:
             self.run_dir = Path(tempfile.mkdtemp(prefix="incastlab-fabric-"))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.state = RunState.create(str(self.run_dir))
+        # no emulated address may leave the machine from the root namespace while we run
+        guard = subnet_guard.install()
+        self._guarded = guard is None  # ours to remove (never another run's)
+        if guard:
+            self.capabilities.notices.append(guard)
         fmap = fabric_map(self.topo)
         # Record names before creating them: a crash in between still gets cleaned.
         self.state.add("bridges", self.topo.switches())
@@ -183,6 +189,8 @@ class Fabric:
         finally:
             if self._saved_allowed_cc is not None:
                 ALLOWED_CC.write_text(self._saved_allowed_cc)
+            if getattr(self, "_guarded", False):
+                subnet_guard.remove()
             self.lock.release()
             signal.signal(signal.SIGINT, previous_int)
             for sig, handler in self._old_handlers.items():

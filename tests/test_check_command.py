@@ -87,3 +87,4 @@ def test_spec_module_prints_the_schema_and_a_resolved_spec(capsys):
     assert spec_mod.main([str(REPO / "specs" / "demo.toml"), "workload.iterations=3"]) == 0
     toml_text = capsys.readouterr().out.partition("\n# runs:")[0]
     assert tomllib.loads(toml_text)["workload"]["iterations"] == 3
+
