@@ -490,3 +490,31 @@ def test_stragglers_in_a_sweep_are_checked_as_data():
     assert found == [
         "workload.stragglers[0].rank: 5 is not a worker rank from 0 to 1 (sweep point workers=2)",
         "workload.stragglers[0].rank: 5 is not a worker rank from 0 to 2 (sweep point workers=3)"]
+
+
+@pytest.mark.parametrize("overrides, only", [
+    (["topology.fabric_bw_mbps=-1", "topology.oversubscription=2"],
+     "topology.fabric_bw_mbps: -1 is not a number > 0 and <= 10000 (Mbit/s)"),
+    (["topology.fabric_bw_mbps=10", "topology.oversubscription=0"],
+     "topology.oversubscription: 0 is not a number from 1 to 1000"),
+    (["topology.delay=\"2 ms\""],
+     "topology.delay: '2 ms' is not a delay like '2ms', '500us' or '0.1s'"),
+    (["routing.policy=single", "routing.spine=0"],
+     "routing.spine: 0 is not an integer from 1 to 99"),
+    (["routing.policy=single", "topology.spines=0", "routing.spine=2"],
+     "topology.spines: 0 is not an integer from 1 to 99"),
+    (["routing.policy=app", "routing.app=[\"\"]"],
+     "routing.app: '' is not a .py file or a dotted module name"),
+    (["workload.ps_leaf=0", "workload.workers=99"],
+     "workload.ps_leaf: 0 is not an integer from 1 to 99"),
+    (["topology.kind=star", "workload.ps_leaf=0", "workload.workers=99"],
+     "workload.ps_leaf: 0 is not an integer from 1 to 99"),
+])
+def test_a_bad_field_is_said_once_not_again_by_the_checks_that_use_it(overrides, only):
+    """Cross-field checks skip fields already found bad: one mistake, one line."""
+    assert errors(*overrides, capabilities={"netem": False}) == [only]
+
+
+def test_a_bad_job_kind_stops_the_job_checks():
+    found = errors("workload.kind=nope", "workload.workers=99")
+    assert len(found) == 1 and found[0].startswith("workload.kind: 'nope' is not one of ")
