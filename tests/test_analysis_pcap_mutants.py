@@ -221,3 +221,86 @@ def test_udp_and_a_short_ip_header(tmp_path):
     write_pcap(p, [(0.0, opt)], T0, snaplen=14 + 22)
     r = parse_pcap_bytes(p.read_bytes(), fast=False).iloc[0]
     assert (r["src"], r["proto"], r["hdr_ok"]) == (0, 0, False)
+
+
+# ------------------------------------------------------------------ the record chain
+
+def _chain(tmp_path, endianness="<", nano=False, n=5):
+    p = tmp_path / f"c{endianness}{nano}.pcap"
+    write_pcap(p, _pkts(n, step=0.3), T0 + 0.1, nano=nano, endianness=endianness)
+    return bytearray(p.read_bytes())
+
+
+def _fast(data, nano=False, endianness="<", start=24):
+    import numpy as np
+    buf = bytes(data)
+    a = np.frombuffer(buf, np.uint8)
+    h4 = pcap._views(buf, len(a), endianness)["h4"]
+    mbuf = np.empty(len(a), bool)
+    starts, end = pcap._fast_segment(a, h4, start, len(a), endianness, nano, 65535, mbuf)
+    return [int(x) for x in starts], end, h4
+
+
+@pytest.mark.parametrize("endianness", ["<", ">"])
+@pytest.mark.parametrize("nano", [False, True])
+def test_a_clean_capture_is_one_fast_segment(tmp_path, endianness, nano):
+    """The vectorised search finds every record of a clean file at once (the careful
+    walk is only for what it cannot verify): the Speed section's promise."""
+    data = _chain(tmp_path, endianness, nano)
+    starts, end, _ = _fast(data, nano, endianness)
+    assert starts == [24 + i * REC for i in range(5)] and end == len(data)
+    # from the second record on, too
+    assert _fast(data, nano, endianness, start=24 + REC)[0] == [24 + i * REC for i in
+                                                                range(1, 5)]
+    # a start that is no record start gives nothing
+    assert _fast(data, nano, endianness, start=25)[:2] == ([], 25)
+
+
+def test_fast_segment_stops_where_the_chain_breaks(tmp_path):
+    data = _chain(tmp_path)
+    # the last record cut 10 bytes short: the fast path keeps the four before it
+    starts, end, _ = _fast(data[:-10])
+    assert starts == [24 + i * REC for i in range(4)] and end == 24 + 4 * REC
+    # the third record's fraction at its limit (10^6 - 1 us) is fine; at 10^6 it is not
+    ok = bytearray(data)
+    ok[24 + 2 * REC + 4: 24 + 2 * REC + 8] = struct.pack("<I", 999_999)
+    assert _fast(ok)[0] == [24 + i * REC for i in range(5)]
+    bad = bytearray(data)
+    bad[24 + 2 * REC + 4: 24 + 2 * REC + 8] = struct.pack("<I", 1_000_000)
+    assert _fast(bad)[0] == [24, 24 + REC]
+    # fewer than 16 bytes left: no record
+    assert _fast(data[:24 + 15])[:2] == ([], 24)
+
+
+def test_walk_edges(tmp_path):
+    data = bytes(_chain(tmp_path))
+    h4 = pcap._views(data, len(data), "<")["h4"]
+    n = len(data)
+    assert pcap._walk(h4, 24, n, 65535, False) == ([24 + i * REC for i in range(5)], n, None)
+    assert pcap._walk(h4, 24, n, 65535, False, limit=2) == ([24, 24 + REC], 24 + 2 * REC,
+                                                            None)
+    out, off, why = pcap._walk(h4, 24, n - 3, 65535, False)
+    assert (out, off, why) == ([24 + i * REC for i in range(4)], 24 + 4 * REC,
+                               f"last record truncated at byte {24 + 4 * REC}")
+    # a cut inside the header of the next record: trailing bytes
+    cut = 24 + 2 * REC + 7
+    assert pcap._walk(h4, 24, cut, 65535, False) == ([24, 24 + REC], 24 + 2 * REC,
+                                                     "7 trailing bytes (truncated record "
+                                                     "header)")
+    # a record captured with no bytes (caplen 0) ends the file exactly: no problem
+    empty = struct.pack("<IIII", int(T0) + 9, 0, 0, 60)
+    whole = data + empty
+    h4w = pcap._views(whole, len(whole), "<")["h4"]
+    assert pcap._walk(h4w, 24, len(whole), 65535, False)[1:] == (len(whole), None)
+    df = parse_pcap_bytes(whole)
+    assert len(df) == 6 and not df.attrs["partial"] and df["caplen"].iloc[-1] == 0
+    # implausible: fraction at 10^6 us, caplen above frame length, caplen above the cap
+    for field, value in ((4, 1_000_000), (8, 200), (8, 300_000)):
+        broken = bytearray(data)
+        at = 24 + REC
+        if field == 8 and value == 300_000:
+            broken[at + 12: at + 16] = struct.pack("<I", 300_000)
+        broken[at + field: at + field + 4] = struct.pack("<I", value)
+        hb = pcap._views(bytes(broken), n, "<")["h4"]
+        assert pcap._walk(hb, 24, n, 65535, False) == (
+            [24], at, f"implausible record header at byte {at}"), (field, value)
