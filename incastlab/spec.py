@@ -166,8 +166,8 @@ class WorkloadCommon:
     ``Fields`` dataclass in ``incastlab.jobs.<kind>``); :class:`Workload` is the table
     with all of them."""
 
-    kind: str = _f("ps", _job_kind, "the job: ps: parameter server; ring: ring all-reduce; "
-                   "incast: incast benchmark (incastlab.jobs has one module each)", sweep=True)
+    kind: str = _f("ps", _job_kind, "the job kind, one module each in incastlab/jobs/",
+                   sweep=True)
     timeout_s: float = _f(120.0, _num(0, 86_400, low_open=True, unit="s"),
                           "communication timeout of the apps (a stalled peer fails the run)")
     ps_leaf: int = _f(1, _int(1, naming.MAX_LEAVES),
@@ -874,6 +874,8 @@ def schema_rows() -> list[tuple[str, str, str, str]]:
             doc = f.metadata["doc"]
             if f.metadata.get("jobs"):  # a job's own field: say which kinds read it
                 doc = f"[{', '.join(f.metadata['jobs'])}] {doc}"
+            if table == "workload" and f.name == "kind":  # the registry's kinds, described
+                doc += ": " + "; ".join(f"{k}: {job.summary}" for k, job in jobs.JOBS.items())
             rows.append((f"{table}.{f.name}", "(absent)" if default is None else repr(default),
                          allowed, doc))
     return rows

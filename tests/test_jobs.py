@@ -152,4 +152,6 @@ def test_a_job_defined_outside_plugs_in_through_the_registry(echo_job):
 def test_an_unregistered_job_is_no_kind_any_more():
     with pytest.raises(SpecError) as info:
         load_spec(None, ["workload.kind=echo"])
-    assert info.value.errors[0].startswith("workload.kind: 'echo' is not one of ps, ring, incast")
+    assert info.value.errors[0].startswith(
+        f"workload.kind: 'echo' is not one of {', '.join(jobs.JOBS)}")
+    assert "echo" not in jobs.JOBS

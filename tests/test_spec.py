@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from incastlab.jobs import JOBS
 from incastlab.spec import (
     SWEEPABLE,
     Placement,
@@ -162,7 +163,7 @@ def test_sharded_ps_and_worker_leaves():
     ('[workload]\nmode = "bsp"\n',
      "workload.mode: 'bsp' is not one of sync, async, ssp, backup"),
     ('[workload]\nkind = "allreduce"\n',
-     "workload.kind: 'allreduce' is not one of ps, ring, incast"),
+     f"workload.kind: 'allreduce' is not one of {', '.join(JOBS)}"),
     ('[topology]\nkind = "fattree"\n', "topology.kind: 'fattree' is not one of leafspine, star"),
     ('[topology]\ncongestion_control = "dctcp"\n',
      "topology.congestion_control: 'dctcp' is not one of cubic, reno, bbr"),
