@@ -56,3 +56,28 @@ def test_unknown_algorithm_is_refused() -> None:
     proc = subprocess.run([sys.executable, str(BENCH), "--loopback", "--algos", "ring,fft"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--algos: fft" in proc.stderr
+
+
+def _bench_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("allreduce_efficiency", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_verdicts_flag_cpu_bound_jobs() -> None:
+    b = _bench_module()
+    assert b._idle_share((100.0, 1000.0), (150.0, 1100.0)) == pytest.approx(0.5)
+    assert b._idle_share(None, (1.0, 2.0)) is None
+    res = [b.Result("tree", 4, 100, 1.05, 1.0, framed_bound_s=1.0, idle_share=0.5),
+           b.Result("tree", 8, 100, 1.50, 1.0, framed_bound_s=1.0, idle_share=0.5),
+           b.Result("ring", 4, 100, 2.40, 1.0, framed_bound_s=1.0, idle_share=0.02),
+           b.Result("ring", 8, 100, 1.2, 1.0, framed_bound_s=1.0,
+                    cpu={"datapath_saturated": True}),
+           b.Result("ps", 4, 100, 1.2, 1.0)]  # no framed bound: no verdict
+    v = b.framed_verdicts(res)
+    assert v == {"tree N=4": "met (1.050)", "tree N=8": "NOT met (1.500)",
+                 "ring N=4": "machine CPU-bound (2% idle) (2.400)",
+                 "ring N=8": "CPU-bound (1.200)"}
