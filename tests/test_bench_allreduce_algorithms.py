@@ -63,6 +63,7 @@ def _bench_module():
 
     spec = importlib.util.spec_from_file_location("allreduce_efficiency", BENCH)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("allreduce_efficiency", mod)  # dataclasses look it up
     spec.loader.exec_module(mod)
     return mod
 
