@@ -160,18 +160,22 @@ def test_corrupt_header_in_a_nanosecond_capture(tmp_path):
     assert f"{REC} bytes at byte {off} are not records" in df.attrs["reason"]
 
 
-def _cut_at_every_byte(tmp_path, pkt, **kw):
+def _cut_at_every_byte(tmp_path, pkt):
     """(snap length, row) for the packet captured with every snap length from 10 bytes
-    to all of it, parsed by the fast and the general path (which must agree)."""
-    full = len(bytes(pkt)) + 14
+    to all of it, parsed by the fast and the general path (which must agree). The frame
+    is built once; each capture is its first bytes behind a record header saying so."""
+    import pandas as pd
+    p = tmp_path / "full.pcap"
+    write_pcap(p, [(0.0, pkt)], T0)
+    whole = p.read_bytes()
+    head, rec, frame = whole[:24], whole[24:40], whole[40:]
+    sec, frac, _cap, orig = struct.unpack("<IIII", rec)
+    full = len(frame)
     out = []
     for k in range(10, full + 1):
-        p = tmp_path / f"cut{k}.pcap"
-        write_pcap(p, [(0.0, pkt)], T0, snaplen=k, **kw)
-        data = p.read_bytes()
+        data = head + struct.pack("<IIII", sec, frac, k, orig) + frame[:k]
         fast = parse_pcap_bytes(data, fast=True)
         slow = parse_pcap_bytes(data, fast=False)
-        import pandas as pd
         pd.testing.assert_frame_equal(fast, slow)
         out.append((k, fast.iloc[0]))
     return full, out
