@@ -122,9 +122,9 @@ def test_defaults_the_readme_states():
     assert re.search(r"`queues.csv` \(every switch egress queue every (\d+) ms\)", text) \
         .group(1) == f"{spec.capture.queue_sample_ms:g}"
     assert "(CUBIC by default;" in text and spec.topology.congestion_control == "cubic"
-    from incastlab.topologies.links import HOST_QUEUE_PACKETS
-    assert re.search(r"a deep \((\d+)-packet\) queue", text).group(1) == \
-        str(HOST_QUEUE_PACKETS)
+    from incastlab.topologies.links import FLOW_CLASSES
+    m = re.search(r"qdisc \(fq_codel, fq; not in this kernel\): (\d+) FIFOs", text)
+    assert m and m.group(1) == str(FLOW_CLASSES)
 
 
 def test_controller_listens_on_loopback_only():
