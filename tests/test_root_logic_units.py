@@ -191,12 +191,26 @@ class FakeSystem:
         return subprocess.CompletedProcess(argv, rc, out, "")
 
 
+class _NoGuard:
+    """Stands in for incastlab.subnet_guard: clean-up must not touch the machine's real
+    routes from a unit test (a live fabric of another process may own the guard)."""
+
+    SUBNET = "10.0.0.0/16"
+    calls = 0
+
+    @classmethod
+    def remove(cls):
+        cls.calls += 1
+        return False
+
+
 @pytest.fixture
 def fake(monkeypatch):
     sysm = FakeSystem()
     monkeypatch.setattr(clean, "_run", sysm.run)
     monkeypatch.setattr(clean, "interface_exists", lambda n: n in sysm.ifaces)
     monkeypatch.setattr(clean, "orphan_probe_namespaces", lambda: [])
+    monkeypatch.setattr(clean, "subnet_guard", _NoGuard, raising=False)
     return sysm
 
 
