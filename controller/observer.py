@@ -76,7 +76,8 @@ class FabricObserver(app_manager.OSKenApp):
         if self.slave:
             # Before anything else: an equal-role controller would get packet-ins too.
             ofp, parser = dp.ofproto, dp.ofproto_parser
-            dp.send_msg(parser.OFPRoleRequest(dp, ofp.OFPCR_ROLE_SLAVE, 0))
+            # Keywords: OpenFlow 1.5's constructor has short_id before generation_id.
+            dp.send_msg(parser.OFPRoleRequest(dp, role=ofp.OFPCR_ROLE_SLAVE, generation_id=0))
         with self._lock:
             self.datapaths[dpid] = dp
             connected = set(self.datapaths)

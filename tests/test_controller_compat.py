@@ -230,14 +230,15 @@ def test_an_app_file_never_shadows_a_real_module(alias, tmp_path):
 class DummyDatapath:
     """os-ken's Datapath with real OF1.3 encoders; sent messages are kept."""
 
-    def __init__(self, dpid):
-        from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
+    def __init__(self, dpid, version="1_3"):
         self.id = self.dpid = dpid
-        self.ofproto, self.ofproto_parser = ofproto_v1_3, ofproto_v1_3_parser
+        self.ofproto = importlib.import_module(f"os_ken.ofproto.ofproto_v{version}")
+        self.ofproto_parser = importlib.import_module(f"os_ken.ofproto.ofproto_v{version}_parser")
         self.sent = []
 
     def send_msg(self, msg):
-        msg.serialize()
+        msg.set_xid(len(self.sent) + 1)
+        msg.serialize()  # proves it encodes in this OpenFlow version
         self.sent.append(msg)
 
 
@@ -289,7 +290,8 @@ def test_observer_ready_when_every_switch_connected_and_logs_port_stats(tmp_path
                      ["lf1", "3", "sp1", "300", "3", "2", "1", "5"]]
 
 
-def test_observer_beside_an_external_controller_asks_for_the_slave_role(tmp_path):
+@pytest.mark.parametrize("version", ["1_3", "1_5"])  # the observer alone negotiates 1.5
+def test_observer_beside_an_external_controller_asks_for_the_slave_role(tmp_path, version):
     from incastlab.controller import observer
     from incastlab.topologies.fabricmap import FabricMap
     fmap = FabricMap.from_dict(StarTopo(senders=2).fabric_map().to_dict())
@@ -297,7 +299,7 @@ def test_observer_beside_an_external_controller_asks_for_the_slave_role(tmp_path
                               controller="127.0.0.1:6653")
     observer.configure(settings)
     app = observer.FabricObserver()
-    dp = DummyDatapath(fmap.dpids[0])
+    dp = DummyDatapath(fmap.dpids[0], version)
     app._switch_features(features(dp))
     app.close()
     # exactly one message, the role request: slave (no packet-ins, no table changes)
