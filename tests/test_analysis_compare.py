@@ -148,22 +148,36 @@ def test_compare_with_one_two_and_three_runs(tmp_path):
 
 
 def test_all_zero_metrics_are_not_drawn(tmp_path):
-    runs = [make_run_dir(tmp_path / f"r{i}", workers={0: [
-        {"event": "start", "role": "client", "rank": 0, "mode": "incast", "t": T0},
-        {"event": "round", "round": 0, "t_start": T0, "t_end": T0 + 0.5, "senders": 4,
-         "block_bytes": 1000, "bytes": 4000, "goodput_mbps": 5.0 + i}]},
-        spec_text=f'[workload]\nkind = "incast"\nsenders = {2 + i}\n', t0=T0,
-        queues=_queues(0)) for i in range(2)]
-    out = compare_runs(runs, tmp_path / "cmp")
-    names = {p.name for p in out["plots"]}
-    assert "compare_tc_drops.png" not in names and "compare_goodput_mbps.png" in names
-    assert "tc_drops: 0 in every run" in out["report"].read_text()
-    # one run with a drop: drawn
-    runs.append(make_run_dir(tmp_path / "r9", workers={0: [
-        {"event": "start", "role": "client", "rank": 0, "mode": "incast", "t": T0}]},
-        spec_text='[workload]\nkind = "incast"\nsenders = 9\n', t0=T0, queues=_queues(3)))
-    assert "compare_tc_drops.png" in {p.name for p in compare_runs(
-        runs, tmp_path / "cmp2")["plots"]}
+    from incastlab.analysis import metrics
+
+    # a plotted metric of the queues' drops (tc_drops itself is not plotted: compare
+    # draws losses from the captures), registered for this test
+    drops = metrics.Metric("queue_drops_plotted", "queue drops", "packets",
+                           "Drops the queues counted.",
+                           lambda a: (a.metrics.get("reconciliation") or {}).get("tc_drops"),
+                           ("queues",), plot=True)
+    metrics.register(drops)
+    try:
+        runs = [make_run_dir(tmp_path / f"r{i}", workers={0: [
+            {"event": "start", "role": "client", "rank": 0, "mode": "incast", "t": T0},
+            {"event": "round", "round": 0, "t_start": T0, "t_end": T0 + 0.5, "senders": 4,
+             "block_bytes": 1000, "bytes": 4000, "goodput_mbps": 5.0 + i}]},
+            spec_text=f'[workload]\nkind = "incast"\nsenders = {2 + i}\n', t0=T0,
+            queues=_queues(0)) for i in range(2)]
+        out = compare_runs(runs, tmp_path / "cmp")
+        names = {p.name for p in out["plots"]}
+        assert "compare_queue_drops_plotted.png" not in names
+        assert "compare_goodput_mbps.png" in names
+        assert "queue_drops_plotted: 0 in every run" in out["report"].read_text()
+        # one run with a drop: drawn
+        runs.append(make_run_dir(tmp_path / "r9", workers={0: [
+            {"event": "start", "role": "client", "rank": 0, "mode": "incast", "t": T0}]},
+            spec_text='[workload]\nkind = "incast"\nsenders = 9\n', t0=T0,
+            queues=_queues(3)))
+        assert "compare_queue_drops_plotted.png" in {p.name for p in compare_runs(
+            runs, tmp_path / "cmp2")["plots"]}
+    finally:
+        metrics.unregister("queue_drops_plotted")
 
 
 def test_the_same_run_twice_is_refused(tmp_path):
