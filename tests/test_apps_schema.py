@@ -19,6 +19,7 @@ REQUIRED = {  # docs/run-directory.md, `workers/<rank>.jsonl`
     "ready": {"t", "init_s"},
     "served": {"round", "t_request", "t_sent", "bytes"},
     "connected": {"t", "peer"},
+    "eval": {"version", "applied", "t", "accuracy", "loss"},   # PS: held-out evaluation
 }
 PS_ITERATION = {"push_s", "pull_s", "t_push", "slowdown_s", "accepted", "shard_versions"}
 RING_ITERATION = {"allreduce_s", "slowdown_s"}
