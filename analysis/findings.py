@@ -40,9 +40,17 @@ class Finding:
 
 
 def findings(a) -> list[Finding]:
-    """3-5 sentences about run `a`, in the order above."""
-    out = [worst_queue(a), losses(a), cost(a)] + trust(a)
+    """3-5 sentences about run `a`, in the order above; the run's job may add its own
+    after the cost (`Job.findings`, e.g. a PS's time to its target accuracy)."""
+    out = [worst_queue(a), losses(a), cost(a)] + job_findings(a) + trust(a)
     return [f for f in out if f is not None]
+
+
+def job_findings(a) -> list[Finding]:
+    from .jobcost import job_of
+
+    job = job_of(a)
+    return [Finding("job", t) for t in (job.findings(a) if job is not None else [])]
 
 
 def texts(a) -> list[str]:

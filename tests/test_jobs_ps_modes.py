@@ -319,6 +319,8 @@ def test_report_states_rule_rate_and_time_to_target(tmp_path):
     assert "Target 0.800 (source: a measurement): reached after 7 s and 12 gradients " \
            "applied" in page
     assert (out["report"].parent / "plots" / "accuracy.png").exists()
+    # the job's own finding, at the top of the report: the time to the target
+    assert any("reached after 7 s and 12 gradients applied" in f for f in m["findings"])
     never = ps_run(tmp_path / "sync", "sync", [dict(e, accuracy=0.5) for e in EVALS],
                    [0], "mean", 0.05)
     m = json.loads(build_report(never, plots=False)["metrics"].read_text())

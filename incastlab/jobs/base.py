@@ -132,6 +132,12 @@ class Job:
         """Job-specific figures: name -> function(path) -> path or None."""
         return {}
 
+    def findings(self, ctx) -> list[str]:
+        """Sentences the job adds to the findings at the top of the report (after where
+        the worst queue was, the losses and what the network cost), e.g. a PS's time to
+        the target accuracy. At most one or two: the findings are 3-5 sentences."""
+        return []
+
     def metrics(self) -> list:
         """Job-specific headline metrics (``analysis.metrics.Metric`` declarations)."""
         return []

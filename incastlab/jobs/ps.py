@@ -205,6 +205,16 @@ class PsJob(Job):
                        + rep.render.img(figs.get("accuracy"), "held-out accuracy"),
                        text + "\n")
 
+    def findings(self, a) -> list[str]:
+        """Time to the target accuracy, with what the run's rule and staleness were."""
+        from incastlab.analysis import accuracy
+
+        run = accuracy.run_sentence(a.tables.get("accuracy"),
+                                    a.tables.get("time_to_accuracy") or {},
+                                    runview.workload(a).target_source or None,
+                                    a.tables.get("staleness"))
+        return [run] if run else []
+
     def _staleness_sections(self, a, figs) -> list[Section]:
         stale, disc = a.tables["staleness"], a.tables["discarded"]
         mean = float(stale.mean()) if len(stale) else None
