@@ -16,7 +16,7 @@ from incastlab.analysis.report import build_report
 from tests.rootnet import run_complete
 
 pytestmark = pytest.mark.root
-SENDERS, RATE_MBPS = 16, 200
+SENDERS, RATE_MBPS, ROUNDS = 16, 200, 20
 
 
 def _run(tmp_path_factory, rto_ms):
@@ -24,7 +24,7 @@ def _run(tmp_path_factory, rto_ms):
     manifest = run_complete(run_dir, [
         "topology.kind=star", f"topology.host_bw_mbps={RATE_MBPS}",
         "topology.queue_packets=20", "routing.policy=single", "workload.kind=incast",
-        f"workload.senders={SENDERS}", "workload.block_bytes=65536", "workload.rounds=10",
+        f"workload.senders={SENDERS}", "workload.block_bytes=65536", f"workload.rounds={ROUNDS}",
         f"workload.rto_min_ms={rto_ms}"])
     build_report(run_dir)
     rounds = [json.loads(line) for log in sorted((run_dir / "workers").glob("*.jsonl"))
@@ -42,14 +42,18 @@ def runs(tmp_path_factory):
 def test_collapse_with_200ms_and_recovery_with_1ms(runs):
     slow, fast = runs[200], runs[1]
     for r in (slow, fast):
-        assert len(r["goodputs"]) == 10, r["goodputs"]
-        # inside the fabric's faithful range: the datapath kept up
-        assert not r["manifest"]["cpu"]["saturated"], r["manifest"]["cpu"]
-    g_slow, g_fast = statistics.mean(slow["goodputs"]), statistics.mean(fast["goodputs"])
-    print(f"incast goodput, {SENDERS} senders: RTO_min 200 ms {g_slow:.1f} Mbit/s, "
-          f"1 ms {g_fast:.1f} Mbit/s")
+        assert len(r["goodputs"]) == ROUNDS, r["goodputs"]
+        # inside the fabric's faithful range: the single-threaded userspace datapath kept
+        # up (13-14 % of a core seen). The manifest's machine-wide check also counts
+        # whatever else the machine runs; on a machine of its own it passes too.
+        cpu = r["manifest"]["cpu"]
+        assert not cpu["datapath_saturated"] and cpu["vswitchd_max_core_share"] < 0.5, cpu
+    g_slow, g_fast = statistics.median(slow["goodputs"]), statistics.median(fast["goodputs"])
+    print(f"incast goodput (median of {ROUNDS} rounds), {SENDERS} senders: RTO_min 200 ms "
+          f"{g_slow:.1f} Mbit/s, 1 ms {g_fast:.1f} Mbit/s")
     # one 200 ms timeout in a round of 42 ms leaves at most 16*64 KiB*8/0.242 s = 35 Mbit/s
-    # for that round; collapse = well under half of what the 1 ms runs reach
+    # for that round (33-39 seen); collapse: most rounds wait for one, so the median round
+    # is well under half of what the 1 ms run reaches (a run seen: 39 vs 150 Mbit/s)
     assert g_slow < 0.5 * g_fast, (slow["goodputs"], fast["goodputs"])
     # recovery: with RTO_min 1 ms (a few ms after the timer tick) the link stays busy
     assert g_fast > 0.5 * RATE_MBPS, fast["goodputs"]
