@@ -149,6 +149,11 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
     port_stats = load(rundir.load_port_stats,
                       lambda: pd.DataFrame(columns=rundir.PORT_STATS_COLUMNS))
     flow_paths = load(rundir.load_flow_paths, pd.DataFrame)
+    policy = (spec.get("routing") or {}).get("policy")
+    if flow_paths.empty and _foreign_controller(policy):
+        problems.append(f"Flow paths: n/a — the run's controller (routing.policy = {policy}) "
+                        "is the user's, so which spine each flow took is not recorded; "
+                        "losses are attributed to ports from the captures and queues only.")
     counters = load(rundir.load_counters,
                     lambda: pd.DataFrame(columns=["host", "counter", "before", "after",
                                                   "delta"]))
@@ -310,6 +315,15 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
     a.metrics["findings"] = _findings(a)
     a.metrics["problems"] = list(a.problems)
     return a
+
+
+def _foreign_controller(policy) -> bool:
+    """The policy runs the user's controller code (an app or an external controller),
+    whose path choices our controller cannot record (controller/registry.py)."""
+    from incastlab.controller.registry import POLICIES
+
+    p = POLICIES.get(policy) if isinstance(policy, str) else None
+    return bool(p and (p.user_apps or p.external))
 
 
 def _write_trace(a: Analysis, path: Path) -> Path | None:

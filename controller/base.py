@@ -130,6 +130,10 @@ class FabricApp(app_manager.OSKenApp):
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def _switch_features(self, ev):
         dp = ev.msg.datapath
+        # os-ken's own handler sets dp.id from this same message in another green thread,
+        # so dp.id may still be None here (seen): take the DPID from the message
+        if dp.id is None:
+            dp.id = ev.msg.datapath_id
         switch = self.fabric.switch(dp.id)
         if switch is None:
             self.logger.warning("switch %016x is not in the fabric map; ignored", dp.id)

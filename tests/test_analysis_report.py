@@ -333,3 +333,14 @@ def test_a_failing_part_is_reported_and_the_rest_still_built(tmp_path, monkeypat
     assert any("incast episodes could not be computed (RuntimeError: injected)" in p
                for p in m["problems"])
     assert m["headline"]["retransmissions"] == 4 and m["headline"]["incast_episodes"] == 0
+
+
+def test_a_run_under_the_users_controller_says_its_paths_are_unknown(tmp_path):
+    run = make_run_dir(tmp_path / "app", spec_text='[routing]\npolicy = "app"\n'
+                       'app = ["controller/examples/learning_switch.py"]\n')
+    problems = json.loads(build_report(run, plots=False)["metrics"].read_text())["problems"]
+    assert any(p.startswith("Flow paths: n/a — the run's controller (routing.policy = app)")
+               for p in problems)
+    ours = make_run_dir(tmp_path / "ecmp", spec_text='[routing]\npolicy = "ecmp"\n')
+    problems = json.loads(build_report(ours, plots=False)["metrics"].read_text())["problems"]
+    assert not any(p.startswith("Flow paths") for p in problems)

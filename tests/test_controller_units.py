@@ -141,7 +141,10 @@ def test_defaults(fabric_file, tmp_path):
     assert (s.poll_interval, s.spine, s.idle_timeout) == (0.5, 1, 10)
     assert build_settings("adaptive", 6653, fabric_file, str(tmp_path),
                           poll_interval=0.2).poll_interval == 0.2
-    assert set(POLICIES) == {"single", "ecmp", "spread", "adaptive"}
+    assert set(POLICIES) == {"single", "ecmp", "spread", "adaptive", "app", "external"}
+    # the built-in routing policies: the two others run the user's controller code
+    assert {p for p, spec in POLICIES.items() if not (spec.user_apps or spec.external)} \
+        == {"single", "ecmp", "spread", "adaptive"}
 
 
 def test_launcher_refuses_before_listening(fabric_file, tmp_path, capsys):
@@ -466,7 +469,8 @@ def test_ecmp_on_openflow15_sets_the_hash_explicitly(tmp_path):
     app.close()
 
 
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("policy", sorted(p for p, spec in POLICIES.items()
+                                           if not (spec.user_apps or spec.external)))
 def test_every_policy_on_a_star(tmp_path, policy):
     import importlib
     f = FabricMap.from_json(StarTopo(senders=3).fabric_map().to_json())
@@ -537,3 +541,15 @@ def test_port_load_window():
         (1, 5): pytest.approx(0.5), (1, 6): 0.0}
     load.update(1, 5, 11.0, 100)                 # counter reset: keep the last rate
     assert load.rate_bps(1, 5) == pytest.approx(20e6)
+
+
+def test_switch_features_before_os_ken_sets_the_datapath_id(tmp_path):
+    """os-ken's own features handler sets dp.id in another green thread; ours may run
+    first and must take the DPID from the message (a None id was seen in a real run)."""
+    app, f, _dps = make_app("single", tmp_path)
+    dpid = f.dpids[0]
+    late = DummyDatapath(dpid)
+    late.id = None
+    app._switch_features(SimpleNamespace(msg=SimpleNamespace(datapath=late, datapath_id=dpid)))
+    assert app.datapaths[dpid] is late and late.id == dpid
+    assert flows(late), "the switch got no routes"
