@@ -16,6 +16,7 @@ APT_PACKAGES=(
   iperf3 tcpdump ethtool iputils-ping iproute2 procps  # tools the runner calls in hosts
   python3 python3-venv python3-pip make
   tshark  # Wireshark's TCP analysis: a root test checks our retransmission counts with it
+  chromium  # headless: tests open report.html/compare.html offline as a reader would
 )
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
