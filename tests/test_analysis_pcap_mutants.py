@@ -308,3 +308,31 @@ def test_walk_edges(tmp_path):
         hb = pcap._views(bytes(broken), n, "<")["h4"]
         assert pcap._walk(hb, 24, n, 65535, False) == (
             [24], at, f"implausible record header at byte {at}"), (field, value)
+
+
+def test_columns_have_the_documented_types(tmp_path):
+    """The module docstring's column types, on both paths and on an empty capture."""
+    import numpy as np
+    expected = {"t": np.float64, "frame_len": np.uint32, "caplen": np.uint32,
+                "ethertype": np.uint16, "vlan": np.int32, "src": np.uint32,
+                "dst": np.uint32, "proto": np.uint8, "ip_len": np.uint16, "ip_id": np.uint16,
+                "sport": np.uint16, "dport": np.uint16, "seq": np.uint32, "ack": np.uint32,
+                "flags": np.uint8, "win": np.uint16, "payload_len": np.int32, "sack": bool,
+                "sack_hi": np.uint32, "sack_ok": bool, "has_ts": bool, "tsval": np.uint32,
+                "tsecr": np.uint32, "hdr_ok": bool}
+    p = tmp_path / "t.pcap"
+    write_pcap(p, _pkts(3), T0)
+    data = p.read_bytes()
+    header_only = data[:24]
+    for df in (parse_pcap_bytes(data, iface="x"), parse_pcap_bytes(data, fast=False),
+               parse_pcap_bytes(header_only)):
+        assert list(df.columns) == pcap.COLUMNS
+        assert {c: df[c].dtype for c in expected} == {c: np.dtype(t) for c, t in
+                                                      expected.items()}
+        assert str(df["iface"].dtype) == "category"
+    df = parse_pcap_bytes(data, iface="x")
+    assert df.attrs == {"partial": False, "bytes_skipped": 0, "reason": "", "nano": False,
+                        "snaplen": 65535, "linktype": 1, "iface": "x"}
+    assert list(df["vlan"]) == [-1, -1, -1] and list(df["iface"]) == ["x", "x", "x"]
+    arr = np.frombuffer(data, np.uint8)  # an array in: the same rows
+    assert parse_pcap_bytes(arr).equals(parse_pcap_bytes(data))
