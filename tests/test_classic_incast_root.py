@@ -1,10 +1,11 @@
 """Root tier: the classic incast collapse and its fix, a reduced specs/classic-incast.toml.
 
-16 senders on one switch each send a 64 KiB block per round to one receiver through a
-20-packet port queue at 200 Mbit/s: a round takes N·block/B = 42 ms at line rate, so a
+16 senders on one switch each send a 64 KiB block per round to one receiver through an
+8-packet port queue at 200 Mbit/s: a round takes N·block/B = 42 ms at line rate, so a
 200 ms RTO_min costs ~5 rounds (collapse) and a 1 ms one almost nothing (recovery), as
 in Phanishayee et al. (FAST'08) and Vasudevan et al. (SIGCOMM'09). (With 8 senders no
-round timed out here: Linux's tail-loss probe and RACK recovered the losses.)"""
+round timed out here, and with a 20-packet queue only 4-7 of 20: Linux's tail-loss probe
+and RACK recovered most tails.)"""
 from __future__ import annotations
 
 import statistics
@@ -15,14 +16,14 @@ from incastlab.analysis.report import analyse, build_report
 from tests.rootnet import run_complete
 
 pytestmark = pytest.mark.root
-SENDERS, RATE_MBPS, ROUNDS = 16, 200, 20
+SENDERS, RATE_MBPS, ROUNDS, QUEUE = 16, 200, 20, 8
 
 
 def _run(tmp_path_factory, rto_ms):
     run_dir = tmp_path_factory.mktemp(f"incast-rto{rto_ms}")
     manifest = run_complete(run_dir, [
         "topology.kind=star", f"topology.host_bw_mbps={RATE_MBPS}",
-        "topology.queue_packets=20", "routing.policy=single", "workload.kind=incast",
+        f"topology.queue_packets={QUEUE}", "routing.policy=single", "workload.kind=incast",
         f"workload.senders={SENDERS}", "workload.block_bytes=65536", f"workload.rounds={ROUNDS}",
         f"workload.rto_min_ms={rto_ms}"])
     build_report(run_dir)
@@ -61,13 +62,13 @@ def test_collapse_with_200ms_and_recovery_with_1ms(runs):
     # The mechanism, round by round: a 200 ms timeout in a round of 42 ms leaves it at
     # most 16*64 KiB*8/0.242 s = 34.7 Mbit/s (33-39 seen; 20 % for the timer's slack and
     # a round that started late); with RTO_min 1 ms a round with a timeout loses a few ms.
-    assert len(timed_out) >= ROUNDS // 5, slow  # 6-13 of 20 seen
+    assert len(timed_out) >= ROUNDS // 2, slow  # 19 of 20 seen
     assert max(timed_out) <= 1.2 * 34.7, timed_out
     fast_hit = [g for g, hit in zip(fast["goodputs"], fast["rto_round"], strict=True) if hit]
     assert fast_hit and min(fast_hit) > 0.4 * RATE_MBPS, fast["goodputs"]
-    # so the run's goodput collapses with 200 ms and recovers with 1 ms (seen: 76 and 108
-    # against 149 and 162 Mbit/s)
-    assert g_slow < 0.8 * g_fast and g_fast > 0.6 * RATE_MBPS, (slow["goodputs"],
+    # so the run's goodput collapses with 200 ms and recovers with 1 ms (seen: 41.4 against
+    # 150.4 Mbit/s)
+    assert g_slow < 0.5 * g_fast and g_fast > 0.6 * RATE_MBPS, (slow["goodputs"],
                                                                  fast["goodputs"])
 
 
