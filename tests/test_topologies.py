@@ -286,3 +286,11 @@ def test_stock_mininet_can_load_the_custom_file():
                          cwd="/", check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["6", "8", "16", "16"]
+
+
+def test_gso_segments_are_a_millisecond_of_the_link():
+    from incastlab.topologies.links import gso_segments
+
+    # 1 ms at 20 Mbit/s = 2,500 bytes = 1.7 segments -> the floor of 2 (what Linux's TSO
+    # autosizing also keeps); 50 Mbit/s: 6,250 B = 4; 200 Mbit/s: 25,000 B = 17
+    assert [gso_segments(b) for b in (1, 20, 50, 200, 1000)] == [2, 2, 4, 17, 86]

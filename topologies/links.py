@@ -59,11 +59,14 @@ datapath TCP stalls otherwise, and captures then show wire-sized packets. That a
 not make the *qdisc* see wire-sized packets: Linux gives every TCP socket software GSO
 and segments after the qdisc, so a host's queue held 20-45 kB super-packets (measured at
 20 Mbit/s), which HTB released whole, as line-rate bursts of 15-30 frames into the leaf
-port, and which made one round-robin turn of a bulk class cost an ACK 10-20 ms. So every
-interface also gets ``gso_max_segs 1``: TCP then builds one-segment skbs, the host's
-shaping is per frame, and a turn is one frame. (A real host at these rates sends
-similar trains: TCP sizes its TSO bursts to ~1 ms of its pacing rate, 2 segments at
-20 Mbit/s.)
+port, and which made one round-robin turn of a bulk class cost an ACK 10-20 ms. So a
+shaped interface also gets ``gso_max_segs`` = `gso_segments` (bw): the segments that fit
+in ~1 ms at the link rate, at least 2 — what Linux's own TSO autosizing gives a flow
+paced at that rate (``sk_pacing_shift`` 10: 2 segments at 20 Mbit/s, 4 at 50, 17 at
+200). A turn then costs a competing ACK at most ~1 ms. One segment per skb would be finer
+still, but costs the host stacks ~4x more packets to process: with 8 ring ranks at
+50 Mbit/s on 2 busy cores it made the ring 15-20 % slower (benchmarks/
+allreduce_efficiency.py, A/B under the same load).
 """
 from __future__ import annotations
 
@@ -85,6 +88,16 @@ FLOW_LEAF_RATE = "8kbit"  # ~0: every byte borrows from 1:1 (see the module docs
 HASH_K1 = 0x9E3779B1
 HASH_K2 = 0x85EBCA6B
 OFFLOADS = ("tx", "tso", "gso")
+
+
+MSS_BYTES = 1448  # TCP payload of a 1514-byte frame with timestamps
+
+
+def gso_segments(bw_mbps: float) -> int:
+    """Largest skb, in segments, that a host's TCP may hand its qdisc on a link of
+    ``bw_mbps`` Mbit/s: ~1 ms of the link, at least 2 (Linux's TSO autosizing for a flow
+    paced at the link rate; pure)."""
+    return max(2, int(bw_mbps * 1e6 / 8 / 1000 // MSS_BYTES))
 
 
 def flow_classid(slot: int) -> str:
@@ -282,10 +295,12 @@ class QueuedIntf(Intf):
         # No IPv6 on emulated links: switch ports in the root namespace would otherwise
         # send router solicitations and MLD reports into the fabric and the captures.
         _run(self, ["sysctl", "-qw", f"net.ipv6.conf.{self.name}.disable_ipv6=1"])
-        # One segment per skb: "gso off" does not stop TCP from building super-packets
-        # (Linux gives every TCP socket software GSO and segments after the qdisc), so
-        # without this the qdisc holds 20-45 kB skbs (see the module docstring).
-        _run(self, ["ip", "link", "set", "dev", self.name, "gso_max_segs", "1"])
+        # ~1 ms of segments per skb: "gso off" does not stop TCP from building
+        # super-packets (Linux gives every TCP socket software GSO and segments after the
+        # qdisc), so without this the qdisc holds 20-45 kB skbs (see the module docstring).
+        if bw:
+            _run(self, ["ip", "link", "set", "dev", self.name, "gso_max_segs",
+                        str(gso_segments(float(bw)))])
         self.bw, self.queue_packets, self.delay = bw, queue_packets, delay
         self.apply_queue()
         return result
