@@ -80,5 +80,5 @@ def test_verdicts_flag_cpu_bound_jobs() -> None:
            b.Result("ps", 4, 100, 1.2, 1.0)]  # no framed bound: no verdict
     v = b.framed_verdicts(res)
     assert v == {"tree N=4": "met (1.050)", "tree N=8": "NOT met (1.500)",
-                 "ring N=4": "machine CPU-bound (2% idle) (2.400)",
+                 "ring N=4": "NOT met (2.400; machine 2% idle)",
                  "ring N=8": "CPU-bound (1.200)"}
