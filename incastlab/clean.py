@@ -12,6 +12,7 @@ import subprocess
 import time
 
 from incastlab import subnet_guard
+from incastlab.lock import RunLock
 from incastlab.preflight import PROBE_NETNS_PREFIX
 from incastlab.state import RunState, all_states, is_same_process
 
@@ -133,7 +134,10 @@ def clean(include_live: bool = False, attempts: int = 3) -> tuple[list[str], lis
     for ns in orphan_probe_namespaces():
         if _run(["ip", "netns", "delete", ns]).returncode == 0:
             removed.append(f"namespace {ns}")
-    # the emulated subnet's guard route belongs to the live run, if one is left
-    if not skipped and subnet_guard.remove():
+    # the emulated subnet's guard route belongs to the live run, if one is left: none
+    # may be recorded (a state directory pointed elsewhere) while a fabric still holds
+    # the run lock (seen: a test's clean() removed a live run's route), so ask the lock
+    # too; a run that starts adopts a crashed run's route and removes it at teardown
+    if not skipped and RunLock().holder() is None and subnet_guard.remove():
         removed.append(f"route unreachable {subnet_guard.SUBNET}")
     return removed, skipped

@@ -447,3 +447,23 @@ def test_allowed_congestion_controls_restored_after_the_run(tmp_path, monkeypatc
     assert fake.read_text().split() == allowed.split()
     fab.stop()  # twice is safe
     assert fake.read_text().split() == allowed.split()
+
+
+def test_clean_leaves_the_guard_route_while_a_fabric_holds_the_run_lock(
+        state_dir, fake, tmp_path, monkeypatch):
+    """No run recorded in the state directory (pointed elsewhere, as this test does) but a
+    fabric holding the run lock: its guard route stays. Free lock: the route goes."""
+    from incastlab import lock
+
+    path = tmp_path / "run.lock"
+    monkeypatch.setattr(clean, "RunLock", lambda: lock.RunLock(path))
+    other = lock.RunLock(path)
+    other.acquire("runs/live")          # a live fabric (another fd, as another process)
+    _NoGuard.calls = 0
+    try:
+        clean.clean()
+        assert _NoGuard.calls == 0, "clean() removed the guard of a run holding the lock"
+    finally:
+        other.release()
+    clean.clean()
+    assert _NoGuard.calls == 1
