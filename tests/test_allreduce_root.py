@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ALGORITHMS = ("ring", "halving-doubling", "tree", "hierarchical")
 # measured / bound allowed. Measured on this fabric (specs/allreduce-algorithms.toml,
 # 2026-12-01, the CPU shared with other jobs): ring 1.53, halving-doubling 1.64 and 1.69,
-# tree 1.52, hierarchical 1.29; a quieter run: 1.02, 1.64, 1.40, 1.02. Halving-doubling's six phases run one after the other,
+# tree 1.52, hierarchical 1.29; a quieter run: 1.02, 1.64, 1.40, 1.02. Halving-doubling's
+# six phases run one after the other,
 # each a new burst from idle connections at 50 Mbit/s into a 20 Mbit/s uplink, which
 # overflows and recovers before the next phase may start; the others keep pipelines busy.
 LIMIT = {"ring": 1.6, "halving-doubling": 2.0, "tree": 1.6, "hierarchical": 1.6}
