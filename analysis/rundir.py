@@ -124,24 +124,28 @@ def counter_delta(counters: pd.DataFrame, name: str) -> float | None:
 def load_workers(run_dir) -> pd.DataFrame:
     """All `workers/*.jsonl` events in one frame, with a `file` column (the rank file).
 
-    Lines that are not valid JSON (e.g. a log cut by a crash) are skipped and counted
-    in ``df.attrs['bad_lines']``.
+    Lines that are not valid UTF-8 JSON objects (e.g. a log cut by a crash, or one
+    damaged byte) are skipped and counted in ``df.attrs['bad_lines']``; every other
+    line of that file is kept (a file is decoded line by line, so one bad byte costs one
+    line, not the file).
     """
     wdir = Path(run_dir) / "workers"
     rows, bad = [], 0
     if wdir.is_dir():
         for p in sorted(wdir.glob("*.jsonl")):
-            for line in p.read_text().splitlines():
-                if not line.strip():
+            for raw in p.read_bytes().splitlines():
+                if not raw.strip():
                     continue
                 try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
+                    obj = json.loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError):
                     bad += 1
                     continue
-                if isinstance(obj, dict):
-                    obj["file"] = p.stem
-                    rows.append(obj)
+                if not isinstance(obj, dict):
+                    bad += 1
+                    continue
+                obj["file"] = p.stem
+                rows.append(obj)
     df = pd.DataFrame(rows)
     if "event" not in df.columns:
         df["event"] = pd.Series(dtype=object)

@@ -122,3 +122,21 @@ def test_markdown_tables_say_when_they_are_cut():
 
     assert "5 more rows not shown" in _df_md(pd.DataFrame({"a": range(25)}))
     assert "more rows" not in _df_md(pd.DataFrame({"a": range(20)}))
+
+
+def test_one_damaged_byte_in_a_worker_log_costs_one_line(tmp_path):
+    """A non-UTF-8 byte used to discard the whole of workers/*.jsonl (the file failed to
+    decode); now that line is skipped and counted and the others are kept."""
+    import json as _json
+
+    from incastlab.analysis.rundir import load_workers
+
+    w = tmp_path / "workers"
+    w.mkdir()
+    lines = [_json.dumps({"event": "iteration", "iteration": i}).encode() for i in range(4)]
+    lines[2] = lines[2].replace(b"iteration", b"iter\xffation", 1)   # one damaged byte
+    (w / "1.jsonl").write_bytes(b"\n".join(lines + [b"[1, 2]", b'{"event": "fin'])
+                                + b"\n")
+    df = load_workers(tmp_path)
+    assert list(df["iteration"]) == [0, 1, 3]
+    assert df.attrs["bad_lines"] == 3   # the damaged byte, a non-object, a torn last line
