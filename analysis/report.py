@@ -203,7 +203,16 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
                             "reused); its retransmission and loss counts mix them")
         retrans, rec_eps = tcp.retransmissions(tcp_df, flows, rto_threshold_s=rto_threshold_s)
         lost = tcp.losses(tcp_df, flows)
-        spurious = tcp.spurious_retransmissions(tcp_df, retrans, flows)
+        # "spurious" means the receiver already had the data: only the capture at the
+        # destination host can say so (one upstream of a drop would call the repair of a
+        # real loss spurious, as with a deleted receiver pcap); others stay unknown (NaN)
+        at_host = _received_at_host(flows, fabric)
+        spurious = tcp.spurious_retransmissions(tcp_df, retrans, flows[at_host])
+        if len(flows) and not at_host.all():
+            problems.append(f"{int((~at_host).sum())} flow(s) have no capture at their "
+                            "destination host: whether their retransmissions were spurious "
+                            "is unknown, and losses after their last capture point are "
+                            "unseen.")
         retrans = retrans.assign(spurious=spurious.to_numpy() if len(retrans) else [])
         attributed = rec.attribute_losses(lost, fabric, queues, flow_paths)
         fsum = tcp.flow_summary(tcp_df, flows, retrans)
@@ -315,6 +324,24 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
     a.metrics["findings"] = _findings(a)
     a.metrics["problems"] = list(a.problems)
     return a
+
+
+def _received_at_host(flows: pd.DataFrame, fabric) -> pd.Series:
+    """Per flow: is its receiver-side capture the destination host's own interface?
+    Without a fabric map the interface names cannot be checked: the last capture point
+    is taken as the receiver (the behaviour before fabric maps)."""
+    if flows.empty:
+        return pd.Series(dtype=bool)
+    if fabric is None:
+        return flows["receiver_iface"].notna()
+    from .pcap import ip_to_str
+
+    def at_host(dst, iface):
+        host = fabric.host_by_ip(ip_to_str(dst))
+        return host is not None and iface == host.intf
+
+    return pd.Series([at_host(d, i) for d, i in zip(flows["dst"], flows["receiver_iface"],
+                                                      strict=True)], index=flows.index)
 
 
 def _foreign_controller(policy) -> bool:

@@ -344,3 +344,20 @@ def test_a_run_under_the_users_controller_says_its_paths_are_unknown(tmp_path):
     ours = make_run_dir(tmp_path / "ecmp", spec_text='[routing]\npolicy = "ecmp"\n')
     problems = json.loads(build_report(ours, plots=False)["metrics"].read_text())["problems"]
     assert not any(p.startswith("Flow paths") for p in problems)
+
+
+def test_spurious_is_judged_only_at_the_destination_host(tmp_path):
+    """Without the receiver host's capture, a capture point upstream of a drop must not
+    decide that a retransmission was spurious (issue 13: a deleted receiver pcap made
+    136 retransmissions "spurious" while the kernel saw no D-SACK)."""
+    from incastlab.analysis.report import analyse
+
+    run = tmp_path / "demo"
+    truth = make_demo_run(run)
+    spurious = analyse(run, cache=False).tables["retrans"]["spurious"]
+    assert int((spurious == True).sum()) == truth["spurious"] == 1  # noqa: E712
+    # the receiver's capture now stands at an upstream switch port instead (sp1 -> lf2)
+    (run / "pcap" / "h3-eth0.pcap").rename(run / "pcap" / "sp1-eth2.pcap")
+    a = analyse(run, cache=False)
+    assert a.tables["retrans"]["spurious"].isna().all()
+    assert any("no capture at their destination host" in p for p in a.problems)
