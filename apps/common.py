@@ -75,6 +75,17 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """A finite number >= 0 (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
 def slowdown(text: str) -> tuple[int, float]:
     """Parse 'RANK:FACTOR' (argparse type); FACTOR >= 1."""
     rank, sep, factor = text.partition(":")

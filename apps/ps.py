@@ -119,22 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=common.positive_int, default=None, metavar="K",
                    help="single PS: evaluate held-out accuracy and loss every K gradients "
                         "applied (default: the number of workers, one sync step)")
-    p.add_argument("--compute-ms", type=non_negative_float, default=0.0, metavar="MS",
+    p.add_argument("--compute-ms", type=common.non_negative_float, default=0.0, metavar="MS",
                    help="emulated compute time of one worker iteration in milliseconds: "
                         "the real compute runs, then a sleep pads it to at least MS; a "
                         "--slowdown factor multiplies the padded time (default: 0)")
     return p
-
-
-def non_negative_float(text: str) -> float:
-    """A finite number >= 0 (argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -538,29 +538,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--leaves", type=leaf_list, default=None, metavar="L0,L1,...",
                    help="the leaf of every rank, rank order (hierarchical: ranks on one "
                         "leaf reduce to their leader before the leaders' ring)")
-    p.add_argument("--layer-compute-ms", type=non_negative_float, default=0.0,
+    p.add_argument("--layer-compute-ms", type=common.non_negative_float, default=0.0,
                    metavar="MS",
                    help="emulated backward: milliseconds of compute per layer, after the "
                         "real gradient (0 with --bucket-cap-mb 0: off, as before)")
     p.add_argument("--layers", type=common.positive_int, default=8,
                    help="layers of the emulated backward: the flat gradient cut into this "
                         "many equal parts (default: 8)")
-    p.add_argument("--bucket-cap-mb", type=non_negative_float, default=0.0, metavar="MB",
+    p.add_argument("--bucket-cap-mb", type=common.non_negative_float, default=0.0, metavar="MB",
                    help="gradient buckets of about this many MB (10^6 bytes; DDP's "
                         "bucket_cap_mb), each all-reduced as soon as the emulated backward "
                         "has produced it; 0: one all-reduce after the whole backward")
     return p
-
-
-def non_negative_float(text: str) -> float:
-    """argparse type: a finite number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
 
 
 def leaf_list(text: str) -> list[str]:
