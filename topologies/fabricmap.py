@@ -9,14 +9,22 @@ name, no interface name built from a port number).
 No Mininet and no os-ken import here: the controller stays Mininet-free and the analysis
 runs on any laptop.
 
-Units: rates in Mbit/s, queue limits in packets, ports as OpenFlow port numbers (a
-host's own interface is port 0), DPIDs as integers.
+Units: rates in Mbit/s, queue limits in packets (``queue_packets``) or bytes
+(``queue_bytes``), the MTU in bytes, ports as OpenFlow port numbers (a host's own
+interface is port 0), DPIDs as integers.
 
 Format version 1 (``FORMAT_VERSION``) holds exactly the fields of the dataclasses below,
 under the same names, plus ``format_version``. A file without ``format_version`` is read
 as version 1 only if its top-level keys are exactly version 1's (the files written
 before the field existed); any other version, an unknown or a missing key, or a value of
 the wrong type is refused with a ``FabricError`` that names the field.
+
+Optional fields (``OPTIONAL``: the map's ``mtu`` and ``queue_bytes``, a link's
+``queue_bytes``) have defaults — MTU 1500, no byte limit — and are written only when they
+differ from them: a default fabric's file is exactly what it was before they existed, an
+older map reads with the defaults, and an older incastlab refuses (unknown field) a map
+it would misread, e.g. one of jumbo frames. With ``queue_bytes``, ``queue_packets`` is
+null: a switch queue has exactly one limit.
 """
 from __future__ import annotations
 
@@ -25,6 +33,27 @@ from dataclasses import dataclass, fields
 
 FORMAT_VERSION = 1
 ROLES = ("spine", "leaf")
+DEFAULT_MTU = 1500
+# The MTUs an emulated link may have (bytes): 1280 (IPv6's minimum, far above what TCP
+# with timestamps needs) to 9000, the jumbo frames of training fabrics. Measured here:
+# veth takes 68..65535, OVS takes an mtu_request on a netdev port far above 9000, but the
+# userspace datapath sizes its receive buffers from the port's MTU and nothing above
+# 9000 was carried end to end (root test and benchmark at 1500 and 9000).
+MTU_RANGE = (1280, 9000)
+ETHERNET_HEADER = 14  # bytes in front of the IP packet (no FCS: captures do not hold it)
+TCP_IP_OVERHEAD = 52  # IPv4 20 + TCP 20 + the timestamp option 12
+
+
+def frame_bytes(mtu: int = DEFAULT_MTU) -> int:
+    """Bytes of a full-size Ethernet frame at ``mtu`` as captured (no FCS): mtu + 14,
+    1514 at MTU 1500, 9014 at 9000."""
+    return mtu + ETHERNET_HEADER
+
+
+def mss_bytes(mtu: int = DEFAULT_MTU) -> int:
+    """TCP payload of a full-size segment with timestamps at ``mtu``: mtu - 52, 1448 at
+    MTU 1500, 8948 at 9000 (the MSS the hosts' TCP uses)."""
+    return mtu - TCP_IP_OVERHEAD
 # What an egress interface faces (Egress.kind); the analysis shows these strings.
 HOST_DOWNLINK = "host-downlink"    # leaf -> host
 UPLINK = "uplink"                  # leaf -> spine
@@ -58,8 +87,9 @@ class Host:
 @dataclass(frozen=True)
 class Link:
     """One cable. Each end egresses through its own interface; ``queue_packets`` is the
-    pfifo limit of the switch-side egress queues (hosts queue more deeply, see
-    topologies/links.py HOST_QUEUE_PACKETS)."""
+    pfifo limit of the switch-side egress queues, or None when ``queue_bytes`` (a bfifo
+    limit in bytes) is given instead (hosts queue more deeply, see topologies/links.py
+    HOST_QUEUE_PACKETS)."""
     node1: str
     port1: int
     node2: str
@@ -67,7 +97,8 @@ class Link:
     intf1: str
     intf2: str
     bw_mbps: float
-    queue_packets: int
+    queue_packets: int | None
+    queue_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +113,15 @@ class Egress:
     kind: str        # HOST_DOWNLINK, UPLINK, SPINE_DOWNLINK or HOST_UPLINK
     bw_mbps: float   # the link's rate, Mbit/s
     queue_packets: int | None  # pfifo limit of a switch egress queue (packets); None at a host
+    queue_bytes: int | None = None  # bfifo limit instead (bytes); None at a host
+
+    @property
+    def queue_unit(self) -> str | None:
+        """'bytes' or 'packets': the unit this queue's limit was configured in (None at a
+        host)."""
+        if self.queue_bytes is not None:
+            return "bytes"
+        return "packets" if self.queue_packets is not None else None
 
 
 @dataclass(frozen=True)
@@ -101,8 +141,9 @@ class FabricMap:
     kind: the topology class (``LeafSpineTopo``, ``StarTopo``). spines, leaves: counts;
     hosts_per_leaf: hosts on every leaf. host_bw_mbps / fabric_bw_mbps: host-leaf and
     leaf-spine rates (Mbit/s; fabric_bw_mbps is None without spines). queue_packets: the
-    switch egress queue limit (packets). delay: one-way link delay ('2ms') or None.
-    subnet: the hosts' network, e.g. '10.0.0.0/16'.
+    switch egress queue limit (packets), None when queue_bytes (bytes, a bfifo) is the
+    limit instead. delay: one-way link delay ('2ms') or None. subnet: the hosts' network,
+    e.g. '10.0.0.0/16'. mtu: every interface's MTU (bytes).
 
     Construction checks that everything refers to everything else consistently (every
     leaf has one link to every spine, every host one link to its leaf on its leaf_port,
@@ -114,12 +155,14 @@ class FabricMap:
     hosts_per_leaf: int
     host_bw_mbps: float
     fabric_bw_mbps: float | None
-    queue_packets: int
+    queue_packets: int | None
     delay: str | None
     subnet: str
     switches: tuple[Switch, ...]
     hosts: tuple[Host, ...]
     links: tuple[Link, ...]
+    mtu: int = DEFAULT_MTU
+    queue_bytes: int | None = None
 
     def __post_init__(self):
         for name in ("switches", "hosts", "links"):
@@ -133,8 +176,12 @@ class FabricMap:
         out = {"format_version": FORMAT_VERSION}
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name in OPTIONAL and value == f.default:
+                continue  # written only when not the default (see the module docstring)
             if isinstance(value, tuple):
-                value = [{g.name: getattr(item, g.name) for g in fields(item)}
+                value = [{g.name: getattr(item, g.name) for g in fields(item)
+                          if not (g.name in OPTIONAL_ITEM.get(type(item), ())
+                                  and getattr(item, g.name) == g.default)}
                          for item in value]
             out[f.name] = value
         return out
@@ -262,6 +309,11 @@ class FabricMap:
         sw = self.switch(dpid)
         return dict(self._ix.ports_of.get(sw.name, {})) if sw else {}
 
+    @property
+    def queue_unit(self) -> str:
+        """'bytes' when the switch queues' limit is queue_bytes, else 'packets'."""
+        return "bytes" if self.queue_bytes is not None else "packets"
+
     def capacity_mbps(self, dpid: int, port: int) -> float | None:
         """Rate (Mbit/s) of the link behind port ``port`` of switch ``dpid``."""
         sw = self.switch(dpid)
@@ -274,9 +326,16 @@ class _Index:
 
     def __init__(self, m: FabricMap):
         for field, low in (("spines", 0), ("leaves", 1), ("hosts_per_leaf", 1),
-                           ("queue_packets", 1)):
-            if getattr(m, field) < low:
-                raise FabricError(f"{field} must be >= {low}, got {getattr(m, field)}")
+                           ("queue_packets", 1), ("queue_bytes", 1)):
+            value = getattr(m, field)
+            if value is not None and value < low:
+                raise FabricError(f"{field} must be >= {low}, got {value}")
+        if not MTU_RANGE[0] <= m.mtu <= MTU_RANGE[1]:
+            raise FabricError(f"mtu must be from {MTU_RANGE[0]} to {MTU_RANGE[1]} bytes, "
+                              f"got {m.mtu}")
+        if (m.queue_packets is None) == (m.queue_bytes is None):
+            raise FabricError("queue_packets, queue_bytes: exactly one must be set, got "
+                              f"{m.queue_packets!r} and {m.queue_bytes!r}")
         for field in ("host_bw_mbps", "fabric_bw_mbps"):
             rate = getattr(m, field)
             if rate is not None and not rate > 0:
@@ -337,8 +396,14 @@ class _Index:
                                       f"{getattr(lk, 'intf' + end)} is wired twice")
             if lk.bw_mbps <= 0:
                 raise FabricError(f"{where}.bw_mbps must be positive, got {lk.bw_mbps!r}")
-            if lk.queue_packets < 1:
-                raise FabricError(f"{where}.queue_packets must be >= 1, got {lk.queue_packets}")
+            for name in ("queue_packets", "queue_bytes"):
+                value = getattr(lk, name)
+                if value is not None and value < 1:
+                    raise FabricError(f"{where}.{name} must be >= 1, got {value}")
+            if (lk.queue_packets is None) == (lk.queue_bytes is None):
+                raise FabricError(f"{where}: exactly one of queue_packets and queue_bytes "
+                                  f"must be set, got {lk.queue_packets!r} and "
+                                  f"{lk.queue_bytes!r}")
             s1, s2 = self.switch_by_name.get(lk.node1), self.switch_by_name.get(lk.node2)
             if not s1 and not s2:
                 raise FabricError(f"{where}: links two hosts ({lk.node1}, {lk.node2})")
@@ -369,8 +434,10 @@ class _Index:
             for a, pa, ia, b, pb in ((lk.node1, lk.port1, lk.intf1, lk.node2, lk.port2),
                                      (lk.node2, lk.port2, lk.intf2, lk.node1, lk.port1)):
                 kind = _kind(self.switch_by_name.get(a), self.switch_by_name.get(b))
-                queue = None if kind == HOST_UPLINK else lk.queue_packets
-                self.egress[ia] = Egress(ia, a, pa, b, pb, kind, lk.bw_mbps, queue)
+                host = kind == HOST_UPLINK
+                self.egress[ia] = Egress(ia, a, pa, b, pb, kind, lk.bw_mbps,
+                                         None if host else lk.queue_packets,
+                                         None if host else lk.queue_bytes)
                 self.ports_of.setdefault(a, {})[pa] = self.egress[ia]
                 self.by_pair.setdefault((a, b), ia)
         wanted = {(i, j) for i in self.leaf for j in self.spine}
@@ -391,15 +458,18 @@ def _kind(node: Switch | None, peer: Switch | None) -> str:
 
 # ---- parsing ------------------------------------------------------------------------
 _TOP_TYPES = {"kind": str, "spines": int, "leaves": int, "hosts_per_leaf": int,
-              "host_bw_mbps": float, "fabric_bw_mbps": (float, None), "queue_packets": int,
-              "delay": (str, None), "subnet": str}
+              "host_bw_mbps": float, "fabric_bw_mbps": (float, None),
+              "queue_packets": (int, None), "delay": (str, None), "subnet": str}
 _ITEMS = {"switches": Switch, "hosts": Host, "links": Link}
 _ITEM_TYPES = {Switch: {"name": str, "role": str, "index": int, "dpid": int},
                Host: {"name": str, "leaf": int, "index": int, "ip": str, "mac": str,
                       "leaf_port": int, "intf": str},
                Link: {"node1": str, "port1": int, "node2": str, "port2": int, "intf1": str,
-                      "intf2": str, "bw_mbps": float, "queue_packets": int}}
+                      "intf2": str, "bw_mbps": float, "queue_packets": (int, None)}}
 V1_KEYS = ("format_version", *_TOP_TYPES, *_ITEMS)
+# Optional fields (defaults in the dataclasses; written only when not the default).
+OPTIONAL = {"mtu": int, "queue_bytes": (int, None)}
+OPTIONAL_ITEM = {Link: {"queue_bytes": (int, None)}}
 
 
 def _parse(data) -> FabricMap:
@@ -416,21 +486,23 @@ def _parse(data) -> FabricMap:
         raise FabricError("format_version is missing and the keys are not those of a "
                           f"version-{FORMAT_VERSION} file (missing: {', '.join(missing) or '-'}"
                           f"; unknown: {', '.join(unknown) or '-'})")
-    _check_keys(data, V1_KEYS, "fabric", optional=("format_version",))
+    _check_keys(data, (*V1_KEYS, *OPTIONAL), "fabric", optional=("format_version", *OPTIONAL))
     top = {k: _value(data[k], t, k) for k, t in _TOP_TYPES.items()}
+    top.update({k: _value(data[k], t, k) for k, t in OPTIONAL.items() if k in data})
     for key, cls in _ITEMS.items():
         items = data[key]
         if not isinstance(items, list):
             raise FabricError(f"{key} must be a list, got {type(items).__name__}")
-        types = _ITEM_TYPES[cls]
+        types = {**_ITEM_TYPES[cls], **OPTIONAL_ITEM.get(cls, {})}
+        optional = tuple(OPTIONAL_ITEM.get(cls, ()))
         parsed = []
         for n, item in enumerate(items):
             where = f"{key}[{n}]"
             if not isinstance(item, dict):
                 raise FabricError(f"{where} must be an object, got {item!r}")
-            _check_keys(item, tuple(types), where)
+            _check_keys(item, tuple(types), where, optional=optional)
             parsed.append(cls(**{k: _value(item[k], t, f"{where}.{k}")
-                                 for k, t in types.items()}))
+                                 for k, t in types.items() if k in item}))
         top[key] = tuple(parsed)
     return FabricMap(**top)
 

@@ -9,8 +9,9 @@ Stock Mininet can load this file on its own::
     sudo mn --custom topologies/leafspine.py --topo leafspine,2,4,2 \\
         --controller remote,ip=127.0.0.1,port=6653 --switch ovs,protocols=OpenFlow13
 
-Link parameters ``bw`` (Mbit/s), ``queue_packets`` and ``delay`` are read by
-:class:`incastlab.topologies.links.QueuedIntf`; plain Mininet links ignore them.
+Link parameters ``bw`` (Mbit/s), ``queue_packets`` or ``queue_bytes``, ``mtu`` (bytes)
+and ``delay`` are read by :class:`incastlab.topologies.links.QueuedIntf`; plain Mininet
+links ignore them.
 """
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ except ImportError:  # loaded by stock `mn --custom` without incastlab installed
 
 DEFAULT_HOST_BW = 20.0  # Mbit/s: far below the ~2 Gbit/s the userspace datapath manages
 DEFAULT_QUEUE_PACKETS = 100
+DEFAULT_MTU = fabricmap.DEFAULT_MTU
+MAX_QUEUE_BYTES = 100_000_000  # a 100 MB port buffer: beyond any switch's per-port share
 
 
 class TopologyError(ValueError):
@@ -60,6 +63,19 @@ def _require_rate(name: str, value) -> float:
     return float(value)
 
 
+def _require_queue(queue_packets, queue_bytes, mtu: int) -> tuple[int | None, int | None]:
+    """(queue_packets, queue_bytes) with exactly one set: neither given means
+    DEFAULT_QUEUE_PACKETS; a byte limit must hold at least one full frame."""
+    if queue_packets is not None and queue_bytes is not None:
+        raise TopologyError(f"queue_bytes ({queue_bytes!r}) and queue_packets "
+                            f"({queue_packets!r}): give one of them, not both")
+    if queue_bytes is None:
+        return _require_int("queue_packets", DEFAULT_QUEUE_PACKETS if queue_packets is None
+                            else queue_packets, 1, 100_000), None
+    return None, _require_int("queue_bytes", queue_bytes, fabricmap.frame_bytes(mtu),
+                              MAX_QUEUE_BYTES)
+
+
 def _require_delay(value) -> str | None:
     if value is None:
         return None
@@ -79,13 +95,18 @@ class LeafSpineTopo(Topo):
     fabric_bw: leaf<->spine link rate in Mbit/s. Default: non-blocking, i.e.
         hosts_per_leaf * host_bw / spines, unless ``oversubscription`` is given, in
         which case fabric_bw = hosts_per_leaf * host_bw / (spines * oversubscription).
-    queue_packets: pfifo limit of every switch egress queue, in packets.
+    queue_packets: pfifo limit of every switch egress queue, in packets (default
+        DEFAULT_QUEUE_PACKETS unless queue_bytes is given).
     delay: per-link one-way delay ('2ms'); needs netem (checked at bring-up).
+    mtu: every interface's MTU in bytes (fabricmap.MTU_RANGE; 1500 by default, 9000 for
+        jumbo frames).
+    queue_bytes: instead of queue_packets, a bfifo limit in bytes (at least one frame,
+        mtu + 14); not with delay (netem's limit counts packets).
     """
 
     def build(self, spines=2, leaves=2, hosts_per_leaf=2, host_bw=DEFAULT_HOST_BW,
-              fabric_bw=None, queue_packets=DEFAULT_QUEUE_PACKETS, delay=None,
-              oversubscription=None):
+              fabric_bw=None, queue_packets=None, delay=None,
+              oversubscription=None, mtu=DEFAULT_MTU, queue_bytes=None):
         # Stock `mn --topo leafspine,2,4,2` passes strings through its own parser as
         # ints already; accept only ints here so a typo cannot become a float fabric.
         self.spines = _require_int("spines", spines, 1, naming.MAX_SPINES)
@@ -97,8 +118,7 @@ class LeafSpineTopo(Topo):
                 f"hosts_per_leaf + spines must be at most {naming.MAX_HOSTS_PER_LEAF} "
                 f"(leaf port numbers), got {self.hosts_per_leaf + self.spines}")
         self.host_bw = _require_rate("host_bw", host_bw)
-        self.queue_packets = _require_int("queue_packets", queue_packets, 1, 100_000)
-        self.delay = _require_delay(delay)
+        self._require_queues(queue_packets, queue_bytes, mtu, delay)
         if fabric_bw is not None and oversubscription is not None:
             raise TopologyError("give either fabric_bw or oversubscription, not both")
         if oversubscription is not None:
@@ -111,9 +131,7 @@ class LeafSpineTopo(Topo):
             fabric_bw = self.hosts_per_leaf * self.host_bw / self.spines
         self.fabric_bw = _require_rate("fabric_bw", fabric_bw)
 
-        queue = {"queue_packets": self.queue_packets}
-        if self.delay:
-            queue["delay"] = self.delay
+        queue = self._link_params()
         for j in range(1, self.spines + 1):
             self.addSwitch(naming.spine_name(j), dpid=naming.dpid_str(naming.spine_dpid(j)),
                            role="spine", index=j)
@@ -131,6 +149,28 @@ class LeafSpineTopo(Topo):
                              port1=naming.leaf_uplink_port(j, self.hosts_per_leaf),
                              port2=naming.spine_downlink_port(i), bw=self.fabric_bw, **queue)
 
+    def _require_queues(self, queue_packets, queue_bytes, mtu, delay) -> None:
+        """Check and keep mtu, the switch queues' limit and delay (shared by both kinds)."""
+        self.mtu = _require_int("mtu", mtu, *fabricmap.MTU_RANGE)
+        self.queue_packets, self.queue_bytes = _require_queue(queue_packets, queue_bytes,
+                                                              self.mtu)
+        self.delay = _require_delay(delay)
+        if self.delay and self.queue_bytes is not None:
+            raise TopologyError("queue_bytes cannot be combined with delay: netem's queue "
+                                "limit counts packets (use queue_packets)")
+
+    def _link_params(self) -> dict:
+        """What every link passes to its interfaces (links.QueuedIntf.config); the
+        defaults (MTU 1500, a packet limit) exactly as before these options existed."""
+        params = {"queue_packets": self.queue_packets}
+        if self.queue_bytes is not None:
+            params = {"queue_bytes": self.queue_bytes}
+        if self.mtu != DEFAULT_MTU:
+            params["mtu"] = self.mtu
+        if self.delay:
+            params["delay"] = self.delay
+        return params
+
     def fabric_map(self) -> fabricmap.FabricMap:
         """The fabric map (``fabric.json``): what the controller routes on and the
         analysis reads. Rates in Mbit/s, ports as OpenFlow port numbers."""
@@ -142,19 +182,16 @@ class StarTopo(LeafSpineTopo):
     ``h1..hN`` and the receiver, the last host ``h{N+1}``. A leaf–spine with one leaf
     and no spines, so the same naming, queues and controller apply."""
 
-    def build(self, senders=4, host_bw=DEFAULT_HOST_BW, queue_packets=DEFAULT_QUEUE_PACKETS,
-              delay=None):
+    def build(self, senders=4, host_bw=DEFAULT_HOST_BW, queue_packets=None,
+              delay=None, mtu=DEFAULT_MTU, queue_bytes=None):
         self.senders = _require_int("senders", senders, 1, naming.MAX_HOSTS_PER_LEAF - 1)
         self.spines = 0
         self.leaves = 1
         self.hosts_per_leaf = self.senders + 1
         self.host_bw = _require_rate("host_bw", host_bw)
         self.fabric_bw = None
-        self.queue_packets = _require_int("queue_packets", queue_packets, 1, 100_000)
-        self.delay = _require_delay(delay)
-        queue = {"queue_packets": self.queue_packets}
-        if self.delay:
-            queue["delay"] = self.delay
+        self._require_queues(queue_packets, queue_bytes, mtu, delay)
+        queue = self._link_params()
         leaf = naming.leaf_name(1)
         self.addSwitch(leaf, dpid=naming.dpid_str(naming.leaf_dpid(1)), role="leaf", index=1)
         for k in range(1, self.hosts_per_leaf + 1):
@@ -190,12 +227,14 @@ def fabric_map(topo: LeafSpineTopo) -> fabricmap.FabricMap:
             node1=info["node1"], port1=info["port1"], node2=info["node2"], port2=info["port2"],
             intf1=naming.intf_name(info["node1"], info["port1"]),
             intf2=naming.intf_name(info["node2"], info["port2"]),
-            bw_mbps=float(info["bw"]), queue_packets=info["queue_packets"]))
+            bw_mbps=float(info["bw"]), queue_packets=info.get("queue_packets"),
+            queue_bytes=info.get("queue_bytes")))
     return fabricmap.FabricMap(
         kind=type(topo).__name__, spines=topo.spines, leaves=topo.leaves,
         hosts_per_leaf=topo.hosts_per_leaf, host_bw_mbps=topo.host_bw,
         fabric_bw_mbps=topo.fabric_bw, queue_packets=topo.queue_packets, delay=topo.delay,
-        subnet=naming.SUBNET, switches=tuple(switches), hosts=tuple(hosts), links=tuple(links))
+        subnet=naming.SUBNET, switches=tuple(switches), hosts=tuple(hosts), links=tuple(links),
+        mtu=topo.mtu, queue_bytes=topo.queue_bytes)
 
 
 TOPOS = {"leafspine": LeafSpineTopo, "star": StarTopo}

@@ -4,13 +4,25 @@ Mininet's ``TCLink(max_queue_size=...)`` puts the packet limit on a netem qdisc,
 this machine kind has no netem. So every switch egress port gets
 
     root HTB (rate = link bw) -> class 1:1 -> pfifo limit=queue_packets  (handle 10:)
+                                          or bfifo limit=queue_bytes
 
-which makes drops happen in one known queue and be counted by ``tc -s qdisc show``.
+which makes drops happen in one known queue and be counted by ``tc -s qdisc show``. A
+switch buffer given in bytes (``queue_bytes``, as real switches size theirs) is a bfifo:
+it drops a frame that would take the backlog past the limit, whatever the frame's size,
+so 20 packets' worth of 1514-byte frames (30,280 bytes) holds only 3 jumbo frames.
+
+The MTU (``mtu``, 1500 by default, up to 9000) is set on every host and switch
+interface (and as OVS's ``mtu_request`` on the switch ports, so the userspace datapath
+sizes its receive buffers for it); the hosts' TCP then picks its MSS from it. Every size
+derived from a frame follows it: a frame is mtu + 14 bytes (`frame_bytes`), a full TCP
+segment with timestamps carries mtu - 52 (`mss_bytes`), the hosts' round-robin quantum
+is one frame, HTB's bucket holds at least two frames, and ``gso_max_segs`` counts
+segments of that MSS.
 
 Hosts get the same HTB shaping, but flow-fair, as any current Linux host's qdisc is
 (fq_codel or fq, neither of which this kernel has): FLOW_CLASSES leaf classes served
 round-robin one packet's worth at a time (HTB's deficit round-robin, quantum = one
-1514-byte frame), each a FIFO (pfifo of ``HOST_QUEUE_PACKETS``, deep like a NIC's
+full frame: 1514 bytes at MTU 1500), each a FIFO (pfifo of ``HOST_QUEUE_PACKETS``, deep like a NIC's
 txqueuelen, so that congestion drops happen in the fabric, not in the sender's stack).
 A classic-BPF program run by cls_bpf (`flow_hash_bytecode`, built here, mirrored by
 `flow_slot`) picks the class from a hash of the connection's 4-tuple:
@@ -78,11 +90,13 @@ import tempfile
 from mininet.link import Intf, Link
 from mininet.node import OVSSwitch, Switch
 
+from incastlab.topologies.fabricmap import DEFAULT_MTU, frame_bytes, mss_bytes
+
 HOST_QUEUE_PACKETS = 1000  # per host flow class
-QUEUE_HANDLE = "10:"  # switches: the pfifo (or netem) child that holds the packets
+QUEUE_HANDLE = "10:"  # switches: the pfifo/bfifo (or netem) child that holds the packets
 FLOW_CLASSES = 64  # hosts: per-connection FIFOs served round-robin
 FLOW_MINOR_BASE = 0x100  # slot s is HTB class 1:(0x100 + s), its FIFO handle (0x100 + s):
-FLOW_QUANTUM = 1514  # bytes a class may send per round: one full Ethernet frame
+FLOW_QUANTUM = frame_bytes(DEFAULT_MTU)  # one full frame at MTU 1500: 1514 bytes
 FLOW_LEAF_RATE = "8kbit"  # ~0: every byte borrows from 1:1 (see the module docstring)
 # The flow hash: Knuth's multiplicative constants (golden ratio; MurmurHash3's fmix).
 HASH_K1 = 0x9E3779B1
@@ -90,14 +104,22 @@ HASH_K2 = 0x85EBCA6B
 OFFLOADS = ("tx", "tso", "gso")
 
 
-MSS_BYTES = 1448  # TCP payload of a 1514-byte frame with timestamps
+MSS_BYTES = mss_bytes(DEFAULT_MTU)  # 1448: TCP payload of a 1514-byte frame
 
 
-def gso_segments(bw_mbps: float) -> int:
+def gso_segments(bw_mbps: float, mtu: int = DEFAULT_MTU) -> int:
     """Largest skb, in segments, that a host's TCP may hand its qdisc on a link of
     ``bw_mbps`` Mbit/s: ~1 ms of the link, at least 2 (Linux's TSO autosizing for a flow
-    paced at the link rate; pure)."""
-    return max(2, int(bw_mbps * 1e6 / 8 / 1000 // MSS_BYTES))
+    paced at the link rate; pure). Segments of ``mss_bytes(mtu)``."""
+    return max(2, int(bw_mbps * 1e6 / 8 / 1000 // mss_bytes(mtu)))
+
+
+def burst_bytes(bw_mbps: float, mtu: int = DEFAULT_MTU) -> int:
+    """HTB bucket of a link (bytes): 1 ms at line rate, at least 15,000 bytes and at least
+    two frames. HTB's default burst at tens of Mbit/s is ~1.6 kB and makes the achieved
+    rate fall short under timer slack; with jumbo frames 15 kB would hold one frame, and
+    a bucket must hold the frame being sent and the next for the same reason."""
+    return max(15_000, int(bw_mbps * 1e6 / 8 / 1000), 2 * frame_bytes(mtu))
 
 
 def flow_classid(slot: int) -> str:
@@ -110,23 +132,30 @@ def flow_handle(slot: int) -> str:
     return f"{FLOW_MINOR_BASE + slot:x}:"
 
 
-def tc_commands(dev: str, bw_mbps: float, queue_packets: int, delay: str | None,
+def tc_commands(dev: str, bw_mbps: float, queue_packets: int | None, delay: str | None,
                 flow_filter: str | None = None,
-                flow_classes: int = FLOW_CLASSES) -> list[list[str]]:
+                flow_classes: int = FLOW_CLASSES, *, mtu: int = DEFAULT_MTU,
+                queue_bytes: int | None = None) -> list[list[str]]:
     """The tc argument lists that shape ``dev`` to ``bw_mbps`` Mbit/s with a queue of
-    ``queue_packets`` packets (pure: unit-tested without root).
+    ``queue_packets`` packets — or, given ``queue_bytes`` instead, a bfifo of that many
+    bytes (pure: unit-tested without root). ``mtu``: the interface's MTU (bytes), which
+    sizes the bucket (`burst_bytes`) and the hosts' round-robin quantum (one frame).
 
     ``flow_filter`` (hosts): classic-BPF bytecode in tc's "n,c t f k,..." form that
     returns each packet's flow class (see `flow_hash_bytecode`); the host then gets
     ``flow_classes`` FIFOs of ``queue_packets`` each, served round-robin under the one
     link-rate class 1:1."""
-    # burst: at least one MTU-sized packet plus headroom; HTB's default burst at tens of
-    # Mbit/s is ~1.6 kB and makes the achieved rate fall short under timer slack.
-    burst_bytes = max(15_000, int(bw_mbps * 1e6 / 8 / 1000))  # >= 1 ms at line rate
+    if (queue_packets is None) == (queue_bytes is None):
+        raise ValueError("give exactly one of queue_packets and queue_bytes")
+    if queue_bytes is not None and delay:
+        raise ValueError("netem's limit counts packets: a delay needs queue_packets")
+    burst = burst_bytes(bw_mbps, mtu)
     rate = ["rate", f"{bw_mbps:g}mbit", "ceil", f"{bw_mbps:g}mbit",
-            "burst", str(burst_bytes), "cburst", str(burst_bytes)]
+            "burst", str(burst), "cburst", str(burst)]
     if delay:
         child = ["netem", "delay", delay, "limit", str(queue_packets)]
+    elif queue_bytes is not None:
+        child = ["bfifo", "limit", str(queue_bytes)]
     else:
         child = ["pfifo", "limit", str(queue_packets)]
     if not flow_filter:
@@ -144,9 +173,11 @@ def tc_commands(dev: str, bw_mbps: float, queue_packets: int, delay: str | None,
     ]
     # leaves: rate ~0, so all they send borrows from 1:1's bucket; ceil = the link so one
     # connection alone still gets all of it; burst: one frame (what a leaf idle for
-    # FLOW_QUANTUM * 8 / 8 kbit = 1.5 s may send before asking 1:1), cburst as the link's
-    leaf = ["rate", FLOW_LEAF_RATE, "ceil", f"{bw_mbps:g}mbit", "burst", str(FLOW_QUANTUM),
-            "cburst", str(burst_bytes), "quantum", str(FLOW_QUANTUM)]
+    # 1514 * 8 / 8 kbit = 1.5 s may send before asking 1:1), cburst as the link's;
+    # quantum: one frame, so a turn of the round-robin is one packet
+    frame = str(frame_bytes(mtu))
+    leaf = ["rate", FLOW_LEAF_RATE, "ceil", f"{bw_mbps:g}mbit", "burst", frame,
+            "cburst", str(burst), "quantum", frame]
     for s in range(flow_classes):
         cmds.append(["tc", "class", "replace", "dev", dev, "parent", "1:1", "classid",
                      flow_classid(s), "htb", *leaf])
@@ -286,11 +317,18 @@ def _run_tc(intf: Intf, cmds: list[list[str]]) -> None:
 
 
 class QueuedIntf(Intf):
-    """An interface shaped to ``bw`` Mbit/s with a pfifo of ``queue_packets`` packets
-    on switches (a deep one on hosts) and segmentation offloads off."""
+    """An interface shaped to ``bw`` Mbit/s with a pfifo of ``queue_packets`` packets (or
+    a bfifo of ``queue_bytes`` bytes) on switches (a deep one on hosts), MTU ``mtu`` and
+    segmentation offloads off."""
 
-    def config(self, bw=None, queue_packets=None, delay=None, **params):
+    def config(self, bw=None, queue_packets=None, delay=None, mtu=None, queue_bytes=None,
+               **params):
         result = Intf.config(self, **params)
+        self.mtu = int(mtu or DEFAULT_MTU)
+        # before anything else: the hosts' TCP reads its MSS from the device's MTU
+        # (veth is created at 1500: the default costs no command at bring-up)
+        if self.mtu != DEFAULT_MTU:
+            _run(self, ["ip", "link", "set", "dev", self.name, "mtu", str(self.mtu)])
         _run(self, ["ethtool", "-K", self.name] + [w for o in OFFLOADS for w in (o, "off")])
         # No IPv6 on emulated links: switch ports in the root namespace would otherwise
         # send router solicitations and MLD reports into the fabric and the captures.
@@ -300,8 +338,9 @@ class QueuedIntf(Intf):
         # qdisc), so without this the qdisc holds 20-45 kB skbs (see the module docstring).
         if bw:
             _run(self, ["ip", "link", "set", "dev", self.name, "gso_max_segs",
-                        str(gso_segments(float(bw)))])
+                        str(gso_segments(float(bw), self.mtu))])
         self.bw, self.queue_packets, self.delay = bw, queue_packets, delay
+        self.queue_bytes = queue_bytes
         self.apply_queue()
         return result
 
@@ -309,11 +348,15 @@ class QueuedIntf(Intf):
         """(Re)install the shaping qdiscs from the parameters given at creation."""
         if self.bw:
             on_switch = isinstance(self.node, Switch)
-            limit = self.queue_packets if (on_switch and self.queue_packets) \
-                else HOST_QUEUE_PACKETS
+            packets, nbytes = HOST_QUEUE_PACKETS, None  # hosts: deep, in packets
+            if on_switch and self.queue_bytes:
+                packets, nbytes = None, int(self.queue_bytes)
+            elif on_switch and self.queue_packets:
+                packets = int(self.queue_packets)
             flow_filter = None if on_switch else flow_hash_bytecode()
-            _run_tc(self, tc_commands(self.name, float(self.bw), int(limit), self.delay,
-                                      flow_filter=flow_filter))
+            _run_tc(self, tc_commands(self.name, float(self.bw), packets, self.delay,
+                                      flow_filter=flow_filter, mtu=self.mtu,
+                                      queue_bytes=nbytes))
 
 
 class QueuedOVSSwitch(OVSSwitch):
@@ -338,7 +381,13 @@ class QueuedOVSSwitch(OVSSwitch):
     def start(self, controllers):
         OVSSwitch.start(self, controllers)
         for intf in self.intfList():
-            if isinstance(intf, QueuedIntf) and intf.bw:
+            if not isinstance(intf, QueuedIntf):
+                continue
+            if intf.mtu != DEFAULT_MTU:
+                # OVS keeps (and the userspace datapath sizes its receive buffers for)
+                # the MTU it was asked for; without a request it may set the port back
+                self.vsctl("set", "Interface", intf.name, f"mtu_request={intf.mtu}")
+            if intf.bw:
                 self.vsctl("--", "set", "Port", intf.name, "qos=@noop", "--",
                            "--id=@noop", "create", "QoS", "type=linux-noop")
                 intf.apply_queue()
