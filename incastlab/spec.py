@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from incastlab import events as _events
 from incastlab import jobs
 from incastlab.controller import registry as controller_registry
 from incastlab.fields import boolean as _bool
@@ -279,6 +280,9 @@ class Spec:
     workload: Any = field(default_factory=lambda: TABLES["workload"]())
     capture: Capture = field(default_factory=Capture)
     run: Run = field(default_factory=Run)
+    # [[events]] (incastlab.events): tables as written until validated, then Events
+    # sorted by time; not sweepable, every sweep point gets them all
+    events: list = field(default_factory=list)
     source: str | None = field(default=None, compare=False, repr=False)
 
     # -- serialisation --
@@ -288,6 +292,8 @@ class Spec:
         for table in TABLES:
             values = dataclasses.asdict(getattr(self, table))
             out[table] = {k: v for k, v in values.items() if v is not None}
+        if self.events:
+            out["events"] = [_events.as_table(e) for e in self.events]
         return out
 
     def to_toml(self) -> str:
@@ -481,9 +487,11 @@ def loads_spec(text: str, overrides: Iterable[str] = (), *,
         raise SpecError([f"not valid TOML: {exc}"], source) from None
     errors: list[str] = []
     _apply_overrides(raw, overrides, errors)
+    raw_events = raw.pop("events", [])
     tables = _split_tables(raw, errors)
     tables["run"].setdefault("name", name)
-    spec = Spec(**{t: cls(**tables[t]) for t, cls in TABLES.items()}, source=source)
+    spec = Spec(**{t: cls(**tables[t]) for t, cls in TABLES.items()}, events=raw_events,
+                source=source)
     errors += _problems(spec, capabilities)
     if errors:
         raise SpecError(errors, source)
@@ -533,6 +541,7 @@ def _normalized(spec: Spec) -> Spec:
     spec.workload.stragglers = [
         s if isinstance(s, Straggler) else Straggler(int(s["rank"]), float(s["factor"]))
         for s in spec.workload.stragglers]
+    spec.events = _events.normalized(spec.events)
     return spec
 
 
@@ -589,6 +598,10 @@ def _problems(spec: Spec, capabilities) -> list[str]:
         if found:
             bad.add(key)
             errors += found
+    found = _events.event_problems(spec.events)
+    if found:
+        bad.add("events")
+        errors += found
     if "run.repetitions" not in bad:
         runs = _count_runs(spec)
         if runs > MAX_SWEEP_RUNS:
@@ -680,10 +693,26 @@ def _point_problems(p: Spec, caps: dict[str, Any], bad: set[str]) -> list[str]:
     if not ok(*place_keys):
         # A star's size follows from the workload; a leaf-spine's does not.
         return errors if t.kind == "star" else errors + _fabric_problems(p, ok)
-    _placed, place_errors = _place(p)
+    placed, place_errors = _place(p)
     if place_errors:
         return errors + place_errors
-    return errors + _fabric_problems(p, ok)
+    errors += _fabric_problems(p, ok)
+    if p.events and ok("events") and not errors:
+        errors += _events.scene_problems(p.events, _scene(p, placed))
+    return errors
+
+
+def _scene(p: Spec, placed: Placement) -> _events.Scene:
+    """What [[events]] may name on this point's fabric and placement."""
+    leaves, per_leaf = _shape(p)
+    spines = p.topology.spines if p.topology.kind == "leafspine" else 0
+    try:
+        iterations = jobs.JOBS[p.workload.kind].expected_progress(p.workload)
+    except (TypeError, ValueError, AttributeError):
+        iterations = None
+    return _events.Scene.of_shape(spines, leaves, per_leaf, servers=placed.servers,
+                                  workers=placed.workers, kind=p.workload.kind,
+                                  iterations=iterations)
 
 
 def _fabric_problems(p: Spec, ok: Callable[..., bool]) -> list[str]:
@@ -878,7 +907,7 @@ def schema_rows() -> list[tuple[str, str, str, str]]:
                 doc += ": " + "; ".join(f"{k}: {job.summary}" for k, job in jobs.JOBS.items())
             rows.append((f"{table}.{f.name}", "(absent)" if default is None else repr(default),
                          allowed, doc))
-    return rows
+    return rows + _events.schema_rows()
 
 
 def main(argv: list[str] | None = None) -> int:
