@@ -20,6 +20,7 @@ from pathlib import Path
 
 from incastlab.capture import counters
 from incastlab.capture.cpu import CpuMonitor
+from incastlab import events as run_events
 from incastlab.capture.pcap import start_captures
 from incastlab.controller.registry import POLICIES
 from incastlab.fabric import DEFAULT_CONTROLLER_PORT, Fabric, Terminated
@@ -138,6 +139,7 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
         procs: list = []
         captures: list = []
         sampler = None
+        scheduler = None
         try:
             sampler = _start_sampler(fab, fmap, run_dir, spec.capture.queue_sample_ms)
             if spec.capture.enabled:
@@ -157,14 +159,20 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
             with CpuMonitor() as cpu:
                 try:
                     procs = _start_workload(fab, launches, run_dir / "workers")
+                    if spec.events:
+                        scheduler = _start_events(spec, fab, fmap, run_dir, launches, procs)
                     truncated = _wait_workload(spec, fab, procs, launches, captures, run_dir,
-                                               deadline, progress, cpu)
+                                               deadline, progress, cpu, scheduler)
                     if truncated:
                         manifest.update(capture_drops=truncated,
                                         captures_truncated="disk nearly full")
                 finally:
                     manifest.update(cpu=cpu.summary())
         finally:
+            if scheduler is not None:
+                # before the processes stop: a paused one must be resumed to end
+                scheduler.stop()
+                scheduler.restore()
             _stop_all(procs)
             stats = {c.iface: c.stop() for c in captures}
             if captures:
@@ -212,6 +220,24 @@ def _start_workload(fab: Fabric, launches, log_dir: Path) -> list:
     return procs
 
 
+def _start_events(spec, fab, fmap, run_dir: Path, launches, procs):
+    """The [[events]] scheduler, t = 0 now (the workload's processes just started).
+    Progress for at_iteration: the most steps any counting process has logged."""
+    job = job_for(spec.workload.kind)
+    counting = [run_dir / "workers" / f"{la.rank}.jsonl" for la in launches
+                if la.counts_iterations]
+    ctx = run_events.EventContext(
+        fabric=fab, net=fab.net, fmap=fmap, run_dir=run_dir,
+        processes=[run_events.Process(la.host, la.rank, la.role, p)
+                   for la, p in zip(launches, procs, strict=True)])
+    scheduler = run_events.Scheduler(
+        spec.events, ctx,
+        progress=lambda: max((_progress_logged(path, job.progress_event)
+                              for path in counting), default=0))
+    scheduler.start()
+    return scheduler
+
+
 def _progress_logged(path: Path, event: str) -> int:
     """Lines of ``event`` in a JSONL log (the apps write compact JSON: ``"event":"x"``)."""
     marker = f'"event":"{event}"'.encode()
@@ -223,7 +249,7 @@ def _progress_logged(path: Path, event: str) -> int:
 
 
 def _wait_workload(spec, fab, procs, launches, captures, run_dir, deadline, progress,
-                   cpu) -> dict:
+                   cpu, scheduler=None) -> dict:
     """Wait for the workload; raise RunFailed on a failed process, a dead controller or
     the run's deadline. Returns the capture stats if captures had to stop early."""
     log_dir = run_dir / "workers"
@@ -244,6 +270,8 @@ def _wait_workload(spec, fab, procs, launches, captures, run_dir, deadline, prog
         failed = fab.controller_failed()
         if failed:
             raise RunFailed("failed", failed.splitlines()[0])
+        if scheduler is not None and scheduler.error:
+            raise RunFailed("failed", scheduler.error)
         if time.monotonic() > deadline:
             raise RunFailed("failed", f"the run exceeded run.duration_limit_s = "
                                       f"{spec.run.duration_limit_s:g} s (bring-up included)")
