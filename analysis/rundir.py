@@ -6,6 +6,8 @@ Malformed files raise with the file's name.
 """
 from __future__ import annotations
 
+import csv
+import io
 import json
 import tomllib
 from pathlib import Path
@@ -48,19 +50,86 @@ def run_status(manifest: dict) -> tuple[str, str]:
     return str(manifest.get("status", "unknown")), str(manifest.get("reason", "") or "")
 
 
-def _csv(path: Path, columns: list[str]) -> pd.DataFrame:
+def read_csv_lines(path: Path, columns: list[str], numeric=("t",)) -> pd.DataFrame:
+    """A CSV file of the run, line by line: a damaged line costs only itself.
+
+    A line is skipped and counted as bad when it is not UTF-8, has another number of
+    fields than the header, has a non-number in one of the `numeric` columns, or is the
+    last line and lacks its line end (a writer stopped in the middle of it). The rest is
+    kept, sorted by `t`. ``df.attrs``: `bad_lines` (count), `first_bad` ("line N: text",
+    or None), `partial_last_line` (bool), `lines` (data lines read). A missing or empty
+    file gives an empty frame with `columns`; a header without `t` raises ValueError.
+    """
+    empty = pd.DataFrame(columns=columns)
+    empty.attrs.update(bad_lines=0, first_bad=None, partial_last_line=False, lines=0)
     if not path.exists() or path.stat().st_size == 0:
-        return pd.DataFrame(columns=columns)
-    df = pd.read_csv(path)
-    missing = [c for c in ("t",) if c not in df.columns]
-    if missing:
-        raise ValueError(f"{path}: missing column(s) {missing}")
-    return df.sort_values("t", kind="stable").reset_index(drop=True)
+        return empty
+    lines = path.read_bytes().split(b"\n")
+    partial = lines[-1].strip(b"\r") != b""  # the writer ends every line with its newline
+    if not partial:
+        lines = lines[:-1]
+    try:
+        header = lines[0].decode("utf-8").strip("\r\ufeff").split(",")
+    except UnicodeDecodeError:
+        header = []
+    if "t" not in header:
+        raise ValueError(f"{path}: missing column(s) ['t'] in its header line")
+    good, bad, first_bad, n = [], 0, None, 0
+    for i, raw in enumerate(lines[1:], start=2):
+        raw = raw.rstrip(b"\r")
+        if not raw.strip():
+            continue
+        n += 1
+        try:
+            text = raw.decode("utf-8")
+            fields = next(csv.reader([text])) if '"' in text else text.split(",")
+            ok = len(fields) == len(header) and not (partial and i == len(lines))
+        except (UnicodeDecodeError, csv.Error):
+            ok = False
+        if ok:
+            good.append(text)
+        else:
+            bad += 1
+            first_bad = first_bad or f"line {i}: {raw[:80]!r}"
+    if not good:
+        df = pd.DataFrame(columns=header)
+    else:
+        df = pd.read_csv(io.StringIO("\n".join([",".join(header)] + good)))
+    keep = pd.Series(True, index=df.index)
+    for col in [c for c in numeric if c in df.columns]:
+        keep &= pd.to_numeric(df[col], errors="coerce").notna()
+    if not keep.all():
+        for i in df.index[~keep][:1]:
+            first_bad = first_bad or f"data row {int(i) + 1}: {good[i][:80]!r}"
+        bad += int((~keep).sum())
+        df = _retyped(df[keep].reset_index(drop=True), numeric)
+    df = df.sort_values("t", kind="stable").reset_index(drop=True)
+    df.attrs.update(bad_lines=bad, first_bad=first_bad, partial_last_line=partial, lines=n)
+    return df
+
+
+def _retyped(df: pd.DataFrame, numeric) -> pd.DataFrame:
+    """Numeric columns that held a bad value (so were read as text) as numbers again,
+    whole numbers as integers, as pandas reads a clean file."""
+    for col in [c for c in numeric
+                if c in df.columns and not pd.api.types.is_numeric_dtype(df[c])]:
+        v = pd.to_numeric(df[col])
+        df[col] = v.astype("int64") if col != "t" and len(v) and (v == v.round()).all() else v
+    return df
+
+
+QUEUE_NUMERIC = ("t", "port", "backlog_bytes", "backlog_pkts", "drops", "overlimits",
+                 "sent_bytes", "sent_pkts", "requeues")
+
+
+def _csv(path: Path, columns: list[str], numeric=("t",)) -> pd.DataFrame:
+    return read_csv_lines(path, columns, numeric)
 
 
 def load_queues(run_dir) -> pd.DataFrame:
-    """`queues.csv`: one row per egress port per sample; counters cumulative (tc -s)."""
-    df = _csv(Path(run_dir) / "queues.csv", QUEUE_COLUMNS)
+    """`queues.csv`: one row per egress port per sample; counters cumulative (tc -s).
+    A damaged line is skipped and counted (`read_csv_lines`, ``df.attrs``)."""
+    df = _csv(Path(run_dir) / "queues.csv", QUEUE_COLUMNS, QUEUE_NUMERIC)
     if len(df) and "iface" not in df.columns:
         df["iface"] = df["switch"].astype(str) + "-eth" + df["port"].astype(str)
     if len(df):
@@ -70,7 +139,8 @@ def load_queues(run_dir) -> pd.DataFrame:
 
 def load_port_stats(run_dir) -> pd.DataFrame:
     """`port_stats.csv` from the controller (OpenFlow port counters, cumulative)."""
-    return _csv(Path(run_dir) / "port_stats.csv", PORT_STATS_COLUMNS)
+    return _csv(Path(run_dir) / "port_stats.csv", PORT_STATS_COLUMNS,
+                ("t", "port", "tx_bytes", "rx_bytes", "tx_packets", "rx_packets"))
 
 
 def load_flow_paths(run_dir) -> pd.DataFrame:
@@ -127,29 +197,36 @@ def load_workers(run_dir) -> pd.DataFrame:
     Lines that are not valid UTF-8 JSON objects (e.g. a log cut by a crash, or one
     damaged byte) are skipped and counted in ``df.attrs['bad_lines']``; every other
     line of that file is kept (a file is decoded line by line, so one bad byte costs one
-    line, not the file).
+    line, not the file). ``df.attrs['files']``: each file's lines, bad lines and first
+    bad line.
     """
     wdir = Path(run_dir) / "workers"
-    rows, bad = [], 0
+    rows, bad, files = [], 0, {}
     if wdir.is_dir():
         for p in sorted(wdir.glob("*.jsonl")):
-            for raw in p.read_bytes().splitlines():
+            lines = bad_here = 0
+            first_bad = None
+            for i, raw in enumerate(p.read_bytes().splitlines(), start=1):
                 if not raw.strip():
                     continue
+                lines += 1
                 try:
                     obj = json.loads(raw.decode("utf-8"))
                 except (UnicodeDecodeError, json.JSONDecodeError):
-                    bad += 1
-                    continue
+                    obj = None
                 if not isinstance(obj, dict):
-                    bad += 1
+                    bad_here += 1
+                    first_bad = first_bad or f"line {i}: {raw[:80]!r}"
                     continue
                 obj["file"] = p.stem
                 rows.append(obj)
+            bad += bad_here
+            files[p.stem] = {"lines": lines, "bad_lines": bad_here, "first_bad": first_bad}
     df = pd.DataFrame(rows)
     if "event" not in df.columns:
         df["event"] = pd.Series(dtype=object)
     df.attrs["bad_lines"] = bad
+    df.attrs["files"] = files  # {rank file stem: {"lines": n, "bad_lines": k}}
     return df
 
 
