@@ -108,8 +108,9 @@ class Scene:
     """What an event may name, from the spec alone (no Mininet): the fabric's hosts,
     switches (name -> "spine"/"leaf") and links (``link_names``: sorted node pair ->
     (interface of the first node, interface of the second)), and the job's placement
-    (servers, workers in rank order; empty when unknown) and its expected progress
-    (``iterations``: progress events a counting process logs; None when unknown)."""
+    (servers, workers in rank order; empty when unknown), its expected progress
+    (``iterations``: progress events a counting process logs; None when unknown) and
+    its ``[workload]`` table (``workload``; None when unknown)."""
 
     hosts: tuple[str, ...]
     switches: Mapping[str, str]
@@ -118,6 +119,7 @@ class Scene:
     workers: tuple[str, ...] = ()
     kind: str | None = None
     iterations: int | None = None
+    workload: Any = None
 
     @classmethod
     def of_shape(cls, spines: int, leaves: int, hosts_per_leaf: int, **job) -> Scene:
@@ -420,6 +422,8 @@ class EventContext:
         namespaces are the host's). fmap: the :class:`FabricMap` (interfaces, ports,
         DPIDs). run_dir: the run directory. processes: the job's launched processes
         (:class:`Process`: host, rank, role, popen). log: a logger ("incastlab.events").
+        spec: the run's Spec. killed: launch rank -> why, for processes an action ended
+        on purpose (the runner's wait loop reads it).
     Actions that keep state between apply and undo use ``ctx.store``, a dict per
     event index (``ctx.store_for(event)``).
     """
@@ -431,6 +435,8 @@ class EventContext:
     processes: list[Process] = field(default_factory=list)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("incastlab.events"))
     store: dict[int, dict] = field(default_factory=dict)
+    spec: Any = None
+    killed: dict[int, str] = field(default_factory=dict)
 
     def on_host(self, host: str) -> list[Process]:
         return [p for p in self.processes if p.host == host]

@@ -227,7 +227,7 @@ def _start_events(spec, fab, fmap, run_dir: Path, launches, procs):
     counting = [run_dir / "workers" / f"{la.rank}.jsonl" for la in launches
                 if la.counts_iterations]
     ctx = run_events.EventContext(
-        fabric=fab, net=fab.net, fmap=fmap, run_dir=run_dir,
+        fabric=fab, net=fab.net, fmap=fmap, run_dir=run_dir, spec=spec,
         processes=[run_events.Process(la.host, la.rank, la.role, p)
                    for la, p in zip(launches, procs, strict=True)])
     scheduler = run_events.Scheduler(

@@ -712,7 +712,7 @@ def _scene(p: Spec, placed: Placement) -> _events.Scene:
         iterations = None
     return _events.Scene.of_shape(spines, leaves, per_leaf, servers=placed.servers,
                                   workers=placed.workers, kind=p.workload.kind,
-                                  iterations=iterations)
+                                  iterations=iterations, workload=p.workload)
 
 
 def _fabric_problems(p: Spec, ok: Callable[..., bool]) -> list[str]:
