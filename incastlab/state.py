@@ -1,9 +1,10 @@
 """What a run created, recorded before it is created, so that clean-up touches only ours.
 
 One JSON file per live fabric under ``STATE_DIR``: the bridges and interfaces it
-will create (names come from the topology, so they are known before bring-up) and
+will create (names come from the topology, so they are known before bring-up),
 every process it starts (pid plus the kernel's start time, so a reused pid is never
-mistaken for ours). ``incastlab clean`` reads these files, like ``mn -c`` but narrower.
+mistaken for ours) and the cgroups its CPU-throttle events make (incastlab.hostevents).
+``incastlab clean`` reads these files, like ``mn -c`` but narrower.
 """
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ class RunState:
         path = STATE_DIR / f"{pid}-{int(time.time() * 1000)}.json"
         data = {"owner": {"pid": pid, "start": process_start_time(pid)},
                 "run_dir": str(run_dir) if run_dir else None, "created": time.time(),
-                "bridges": [], "interfaces": [], "netns": [], "processes": []}
+                "bridges": [], "interfaces": [], "netns": [], "processes": [],
+                "cgroups": []}
         state = cls(path, data)
         state.save()
         return state
@@ -71,9 +73,11 @@ class RunState:
         return self.path.stem
 
     def add(self, kind: str, names) -> None:
+        # setdefault: a state file written before a kind existed (e.g. "cgroups") loads too
+        recorded = self.data.setdefault(kind, [])
         for name in names:
-            if name not in self.data[kind]:
-                self.data[kind].append(name)
+            if name not in recorded:
+                recorded.append(name)
         self.save()
 
     def add_process(self, pid: int, what: str) -> None:
