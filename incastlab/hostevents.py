@@ -1,0 +1,578 @@
+"""Host and worker events: a real straggler (a host's CPU throttled through cgroups) and
+faults of the job's own processes (a worker killed, paused, resumed; the PS killed).
+
+Actions (registered with :func:`incastlab.events.register_action`; fields in
+:data:`FIELDS`)::
+
+    [[events]]
+    at_s = 5.0
+    action = "cpu_throttle"   # host's job processes limited to `share` of one core
+    host = "h3"
+    share = 0.2               # 0.01 .. 1 (CFS grants at least 1 ms of a 100 ms period)
+    duration_s = 10.0         # optional: released after this (else at teardown)
+
+    [[events]]
+    at_iteration = 4
+    action = "worker_kill"    # SIGKILL; also worker_pause (SIGSTOP), worker_resume
+    rank = 1                  # (SIGCONT) and ps_kill (host = a PS host, default the
+                              # first); workers by `host` or by `rank` (0-based, PS hosts
+                              # not counted, as in workload.stragglers)
+
+The CPU throttle does what Mininet's CPULimitedHost does (a cgroup per host, its
+processes moved in, a CFS quota), but mid-run and for the job's processes only: one
+cgroup per host under ``<cpu hierarchy>/incastlab/<run state id>/<host>``, its limit
+``share`` x the period (cgroup v2 ``cpu.max``, or v1 ``cpu.cfs_quota_us`` /
+``cpu.cfs_period_us``: whichever hierarchy holds the cpu controller on this machine),
+and every process of the job on that host moved in (each launched process's process
+group: the app and anything it started). Undo moves each one back to the cgroup it came
+from and removes the directory. The path is recorded in the run's state file before it
+is created, so ``incastlab clean`` removes it after a crash (:func:`remove_cgroup`).
+
+Signals go only to the job's own processes, by the pid the runner launched them with
+(each leads its own process group), and only while the runner has not reaped them, so a
+reused pid is never hit. A kill cannot be undone; a pause is undone by SIGCONT. The
+runner asks :func:`killed_processes` which processes an event killed: a lost process
+is not the run's failure by itself; whether the job can go on without it is the job's
+call (``Job.tolerates_lost_workers``), see :func:`exit_verdict`.
+
+:func:`event_effects` gives, per host event, the iteration times of its target and of
+the others before, during and after it (for the report's events section).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from incastlab.fields import did_you_mean, is_int, is_num
+
+PERIOD_US = 100_000   # the CFS period (Mininet's CPULimitedHost default)
+MIN_QUOTA_US = 1_000  # the kernel refuses a CFS quota below 1 ms
+MIN_SHARE = MIN_QUOTA_US / PERIOD_US
+CGROUP_PARENT = "incastlab"
+PROC = Path("/proc")
+MOUNTS = Path("/proc/self/mounts")
+
+
+# --- cgroups: where, and what to write (pure) -----------------------------------------
+
+@dataclass(frozen=True)
+class CpuHierarchy:
+    """The cgroup hierarchy that holds the cpu controller: ``version`` 2 (unified) or 1,
+    mounted at ``mount``."""
+
+    version: int
+    mount: Path
+
+
+def find_cpu_hierarchy(mounts: str, read: Callable[[Path], str] | None = None
+                       ) -> CpuHierarchy | None:
+    """The hierarchy to throttle in, from the text of /proc/self/mounts: a cgroup2 mount
+    whose ``cgroup.controllers`` lists cpu (``read`` reads that file), else a v1 mount
+    with the cpu controller among its options (a hybrid system binds cpu to v1 and
+    leaves cgroup2 without it); None when neither exists."""
+    read = read or (lambda p: p.read_text())
+    v1 = None
+    for line in mounts.splitlines():
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        fstype, where, options = parts[2], Path(parts[1]), parts[3].split(",")
+        if fstype == "cgroup2":
+            try:
+                if "cpu" in read(where / "cgroup.controllers").split():
+                    return CpuHierarchy(2, where)
+            except OSError:
+                continue
+        elif fstype == "cgroup" and "cpu" in options and v1 is None:
+            v1 = CpuHierarchy(1, where)
+    return v1
+
+
+def cgroup_dir(h: CpuHierarchy, state_id: str, host: str) -> Path:
+    """The host's cgroup: ``<mount>/incastlab/<state id>/<host>`` (the state id names the
+    run that made it, so clean-up knows whose it is)."""
+    return h.mount / CGROUP_PARENT / state_id / host
+
+
+@dataclass(frozen=True)
+class ThrottlePlan:
+    """What throttling one host writes: ``enable`` (v2 only: the parents'
+    ``cgroup.subtree_control`` files that must get ``+cpu``, top first), then the
+    directory ``path`` is made and ``limits`` (file name, value) written into it, then
+    the processes' pids go to ``path / "cgroup.procs"``."""
+
+    path: Path
+    enable: tuple[Path, ...]
+    limits: tuple[tuple[str, str], ...]
+    quota_us: int
+    period_us: int
+
+
+def throttle_plan(h: CpuHierarchy, state_id: str, host: str, share: float,
+                  period_us: int = PERIOD_US) -> ThrottlePlan:
+    """The cgroup and limits that hold ``host``'s processes to ``share`` of one core:
+    a quota of share x period CPU time per period (CFS bandwidth control, like
+    CPULimitedHost's cfsInfo but of one core, not of the whole machine)."""
+    if not MIN_SHARE <= share <= 1:
+        raise ValueError(f"share {share!r} is not from {MIN_SHARE:g} to 1")
+    quota = max(MIN_QUOTA_US, round(share * period_us))
+    path = cgroup_dir(h, state_id, host)
+    if h.version == 2:
+        # v2 hands a controller to children only through each parent's subtree_control
+        enable = tuple(d / "cgroup.subtree_control"
+                       for d in (h.mount, h.mount / CGROUP_PARENT, path.parent))
+        limits: tuple[tuple[str, str], ...] = (("cpu.max", f"{quota} {period_us}"),)
+    else:
+        enable = ()
+        limits = (("cpu.cfs_period_us", str(period_us)), ("cpu.cfs_quota_us", str(quota)))
+    return ThrottlePlan(path, enable, limits, quota, period_us)
+
+
+def cgroup_of(proc_cgroup: str, h: CpuHierarchy) -> str | None:
+    """A process's cgroup in hierarchy ``h`` (``/`` = the root), from the text of
+    /proc/PID/cgroup: the ``0::`` line on v2, the line listing cpu on v1."""
+    for line in proc_cgroup.splitlines():
+        hid, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if h.version == 2 and hid == "0" and controllers == "":
+            return path
+        if h.version == 1 and "cpu" in controllers.split(","):
+            return path
+    return None
+
+
+def group_pids(pgid: int, proc: Path = PROC) -> list[int]:
+    """Pids of the processes in process group ``pgid`` (field 5 of /proc/PID/stat)."""
+    pids = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rindex(")") + 2:].split()  # after comm, which may hold spaces
+        if len(fields) > 2 and int(fields[2]) == pgid:
+            pids.append(int(entry.name))
+    return sorted(pids)
+
+
+# --- cgroups: doing it ----------------------------------------------------------------
+
+def _write(path: Path, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def _enable_cpu(control: Path) -> None:
+    if "cpu" not in control.read_text().split():
+        _write(control, "+cpu")
+
+
+def throttle(plan: ThrottlePlan, h: CpuHierarchy, pids: Iterable[int]) -> dict[str, Any]:
+    """Make the plan's cgroup and move ``pids`` in; returns what undo needs (JSON-able):
+    the path, quota, period and each moved pid's cgroup before."""
+    for control in plan.enable[:1]:  # the root's: its children then may enable it too
+        _enable_cpu(control)
+    plan.path.parent.mkdir(parents=True, exist_ok=True)
+    for control in plan.enable[1:]:
+        _enable_cpu(control)
+    plan.path.mkdir(exist_ok=True)
+    for name, value in plan.limits:
+        _write(plan.path / name, value)
+    moved: dict[str, str] = {}
+    for pid in pids:
+        try:
+            before = cgroup_of((PROC / str(pid) / "cgroup").read_text(), h) or "/"
+            _write(plan.path / "cgroup.procs", str(pid))
+        except (OSError, ProcessLookupError):
+            continue  # it ended meanwhile
+        moved[str(pid)] = before
+    return {"cgroup": str(plan.path), "version": h.version, "quota_us": plan.quota_us,
+            "period_us": plan.period_us, "moved": moved}
+
+
+def release(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Undo :func:`throttle`: every moved process still alive back to where it was,
+    anything else left inside to the root, the directory (and our empty parents)
+    removed. Idempotent."""
+    path = Path(record["cgroup"])
+    mount = mount_of(path)
+    back = 0
+    for pid, before in record.get("moved", {}).items():
+        try:
+            _write(mount / before.lstrip("/") / "cgroup.procs", pid)
+            back += 1
+        except OSError:
+            continue  # gone, or its old cgroup went away: remove_cgroup moves it to root
+    remove_cgroup(path)
+    return {"cgroup": str(path), "moved_back": back, "removed": not path.exists()}
+
+
+def mount_of(path: Path) -> Path:
+    """The hierarchy's mount of a cgroup made by :func:`cgroup_dir`
+    (``<mount>/incastlab/<state id>/<host>``)."""
+    return path.parent.parent.parent
+
+
+def remove_cgroup(path: str | Path) -> bool:
+    """Remove one of our host cgroups (``<mount>/incastlab/<state id>/<host>``) and its
+    parents when they are empty; a process still inside goes to the root first (a
+    cgroup with processes cannot be removed). True when the directory is gone."""
+    path = Path(path)
+    if path.parent.parent.name != CGROUP_PARENT:
+        raise ValueError(f"{path} is not an incastlab host cgroup")
+    mount = mount_of(path)
+    for _ in range(3):
+        if not path.exists():
+            break
+        try:
+            for pid in (path / "cgroup.procs").read_text().split():
+                try:
+                    _write(mount / "cgroup.procs", pid)
+                except OSError:
+                    pass  # exited meanwhile
+            path.rmdir()
+        except OSError:
+            time.sleep(0.1)  # a process still leaving (the kernel frees it lazily)
+    for parent in (path.parent, path.parent.parent):
+        try:
+            parent.rmdir()  # only when empty: another run's or host's cgroup stays
+        except OSError:
+            break
+    return not path.exists()
+
+
+# --- which processes ---------------------------------------------------------------------
+
+def _alive(popen) -> bool:
+    # poll() reaps an exited child: until then its pid cannot be reused by another process
+    return popen.poll() is None
+
+
+def _signal_group(popen, sig: signal.Signals) -> bool:
+    if not _alive(popen):
+        return False
+    try:
+        os.killpg(popen.pid, sig)  # mnexec -d made it the leader of its own group
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _target_host(ev, scene) -> str | None:
+    """The host an event's ``host`` or ``rank`` names (workers by rank; ps_kill's
+    default: the first PS host)."""
+    if ev.get("host") is not None:
+        return ev.get("host")
+    rank = ev.get("rank")
+    if rank is not None and is_int(rank) and 0 <= rank < len(scene.workers):
+        return scene.workers[rank]
+    if ev.action == "ps_kill" and scene.servers:
+        return scene.servers[0]
+    return None
+
+
+# --- validation -------------------------------------------------------------------------
+
+def _check_host(ev, scene, allowed: Sequence[str], what: str) -> list[str]:
+    host = ev.get("host")
+    if not isinstance(host, str):
+        return [f"host: {host!r} is not a host name like 'h3'"]
+    if host not in scene.hosts:
+        return [f"host: {host!r} is not a host of this fabric"
+                f"{did_you_mean(host, scene.hosts)}"]
+    if scene.workers or scene.servers:  # placement known
+        if host not in allowed:
+            return [f"host: {host!r} runs no {what} of the job ({what} hosts: "
+                    f"{', '.join(allowed) or 'none'})"]
+    return []
+
+
+def _check_worker(ev, scene) -> list[str]:
+    has_host, has_rank = ev.get("host") is not None, ev.get("rank") is not None
+    if has_host and has_rank:
+        return ["rank: given together with host; name the worker by one of them"]
+    if not has_host and not has_rank:
+        return ["host: missing; name the worker by host (e.g. 'h3') or by rank (0-based, "
+                "PS hosts not counted)"]
+    if has_host:
+        return _check_host(ev, scene, scene.workers, "worker")
+    rank = ev.get("rank")
+    if not (is_int(rank) and rank >= 0):
+        return [f"rank: {rank!r} is not an integer >= 0 (a worker's rank, PS hosts not "
+                "counted)"]
+    if scene.workers and rank >= len(scene.workers):
+        return [f"rank: {rank} is not a worker rank from 0 to {len(scene.workers) - 1}"]
+    return []
+
+
+def _check_duration_share(ev) -> list[str]:
+    share = ev.get("share")
+    if share is None:
+        return [f"share: missing; the fraction of one core, from {MIN_SHARE:g} to 1 "
+                "(e.g. 0.25)"]
+    if not is_num(share) or isinstance(share, bool):
+        return [f"share: {share!r} is not a number"]
+    if not 0 < share <= 1:
+        return [f"share: {share!r} is not in (0, 1] (a fraction of one core)"]
+    if share < MIN_SHARE:
+        return [f"share: {share!r} is below {MIN_SHARE:g}: the kernel grants at least "
+                f"{MIN_QUOTA_US // 1000} ms of CPU per {PERIOD_US // 1000} ms period"]
+    return []
+
+
+def validate_throttle(ev, scene) -> list[str]:
+    job_hosts = [*scene.servers, *scene.workers]
+    return _check_host(ev, scene, job_hosts, "process") + _check_duration_share(ev)
+
+
+def validate_worker(ev, scene) -> list[str]:
+    return _check_worker(ev, scene)
+
+
+def validate_ps_kill(ev, scene) -> list[str]:
+    if (scene.workers or scene.servers) and not scene.servers:
+        return [f"action: ps_kill needs a parameter server; workload kind "
+                f"{scene.kind or '(unknown)'} has none"]
+    if ev.get("host") is None:
+        return []
+    return _check_host(ev, scene, scene.servers, "PS")
+
+
+def _target(kind: str, role: str):
+    def target(ev, scene):
+        host = _target_host(ev, scene)
+        return ((kind, host), role) if host else None
+    return target
+
+
+# --- apply and undo ----------------------------------------------------------------------
+
+def _host_of(ctx, ev) -> str:
+    scene = getattr(ctx, "scene", None)
+    host = _target_host(ev, scene) if scene is not None else ev.get("host")
+    if host is None:
+        raise RuntimeError(f"events[{ev.index}]: cannot tell which host worker rank "
+                           f"{ev.get('rank')} is on (no placement in the context)")
+    return host
+
+
+def _processes(ctx, host: str) -> list:
+    procs = ctx.on_host(host)
+    if not procs:
+        raise RuntimeError(f"no process of the job runs on {host}")
+    return procs
+
+
+def apply_throttle(ctx, ev) -> dict:
+    host = _host_of(ctx, ev)
+    mounts = MOUNTS.read_text()
+    h = find_cpu_hierarchy(mounts)
+    if h is None:
+        raise RuntimeError("no cgroup hierarchy with the cpu controller (neither cgroup2 "
+                           "with cpu in cgroup.controllers nor a v1 cpu mount)")
+    plan = throttle_plan(h, ctx.fabric.state.id, host, float(ev["share"]))
+    # recorded before it exists: a crash from here on leaves it to `incastlab clean`
+    ctx.fabric.state.add("cgroups", [str(plan.path)])
+    pids = sorted({pid for p in _processes(ctx, host) if _alive(p.popen)
+                   for pid in [p.popen.pid, *group_pids(p.popen.pid)]})
+    store = ctx.store_for(ev)
+    store["cgroup"] = {"cgroup": str(plan.path), "moved": {}}  # undo works if cut short
+    store["cgroup"] = throttle(plan, h, pids)
+    return {"host": host, "share": float(ev["share"]), **store["cgroup"]}
+
+
+def undo_throttle(ctx, ev) -> dict | None:
+    record = ctx.store_for(ev).pop("cgroup", None)
+    if record is None:
+        return None
+    return release(record)
+
+
+def _signal_action(sig: signal.Signals, verb: str):
+    def apply(ctx, ev) -> dict:
+        host = _host_of(ctx, ev)
+        done = []
+        for p in _processes(ctx, host):
+            if _signal_group(p.popen, sig):
+                done.append({"rank": p.rank, "role": p.role, "pid": p.popen.pid})
+        store = ctx.store_for(ev)
+        store[verb] = done
+        store["host"] = host
+        return {"host": host, verb: done}
+    return apply
+
+
+apply_kill = _signal_action(signal.SIGKILL, "killed")
+apply_pause = _signal_action(signal.SIGSTOP, "paused")
+apply_resume = _signal_action(signal.SIGCONT, "resumed")
+
+
+def undo_pause(ctx, ev) -> dict | None:
+    """SIGCONT to what the pause stopped (still alive and not reaped)."""
+    store = ctx.store_for(ev)
+    host = store.get("host")
+    if not store.pop("paused", None) or host is None:
+        return None
+    resumed = [p.rank for p in ctx.on_host(host) if _signal_group(p.popen, signal.SIGCONT)]
+    return {"host": host, "resumed": resumed}
+
+
+def killed_processes(ctx, events: Iterable = ()) -> dict[int, str]:
+    """Launch rank -> why it is gone, for every process a kill event ended
+    (``ctx.store``; ``events`` only name them better)."""
+    names = {ev.index: f"events[{ev.index}] ({ev.action} {ev.when})" for ev in events}
+    out: dict[int, str] = {}
+    for index, store in getattr(ctx, "store", {}).items():
+        for p in store.get("killed", []):
+            out[p["rank"]] = names.get(index, f"events[{index}]")
+    return out
+
+
+# --- the runner's verdict ---------------------------------------------------------------
+
+def lost_beyond_tolerance(launches: Sequence, killed: Mapping[int, str],
+                          tolerated: int) -> str | None:
+    """Why the job cannot go on after its kills (None when it can): a killed process
+    that does not count iterations (a PS, an incast receiver), or more killed workers
+    than the job tolerates (``Job.tolerates_lost_workers``)."""
+    gone = [la for la in launches if la.rank in killed]
+    vital = [la for la in gone if not la.counts_iterations]
+    if vital:
+        la = vital[0]
+        return (f"{la.role} rank {la.rank} on {la.host} was killed by {killed[la.rank]}; "
+                f"the job cannot go on without it")
+    workers = [la for la in gone if la.counts_iterations]
+    if len(workers) > tolerated:
+        names = ", ".join(f"{la.role} rank {la.rank} on {la.host} by {killed[la.rank]}"
+                          for la in workers)
+        return (f"{len(workers)} of its processes killed ({names}); the job tolerates "
+                f"{tolerated} lost")
+    return None
+
+
+def exit_verdict(launches: Sequence, codes: Sequence[int | None], killed: Mapping[int, str],
+                 tolerated: int, stderr: Callable[[Any], str] = lambda la: ""
+                 ) -> tuple[str, str | None] | None:
+    """How the workload ended, or None while it goes on.
+
+    A process killed by an event is not a failure by itself. Any other process that
+    exits non-zero fails the run (its message, after what the kills did, when the
+    job could not tolerate them: a sync PS reports the lost worker, its workers the
+    lost PS). When every other process exited 0 the run is complete."""
+    bad = [(la, code) for la, code in zip(launches, codes, strict=True)
+           if code not in (None, 0) and la.rank not in killed]
+    if bad:
+        la, code = bad[0]
+        reason = (f"{la.role} rank {la.rank} on {la.host} exited with status {code}: "
+                  f"{stderr(la)[-300:]}")
+        why = lost_beyond_tolerance(launches, killed, tolerated)
+        return "failed", f"{why}: {reason}" if why else reason
+    if all(code == 0 for la, code in zip(launches, codes, strict=True)
+           if la.rank not in killed):
+        return "complete", None
+    return None
+
+
+# --- the report: iteration times around each event -----------------------------------
+
+HOST_ACTIONS = ("cpu_throttle", "worker_kill", "worker_pause", "worker_resume", "ps_kill")
+
+
+def event_windows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per applied host event in events.jsonl rows: index, action, host, start (the
+    apply's wall time t) and end (its undo's t; a worker_resume ends the latest pause
+    of its host; None: a kill, or never undone)."""
+    out: list[dict[str, Any]] = []
+    by_index: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        if row.get("action") not in HOST_ACTIONS or not row.get("ok", True):
+            continue
+        host = (row.get("result") or {}).get("host") or (row.get("params") or {}).get("host")
+        if row.get("kind") == "apply":
+            if row["action"] == "worker_resume":
+                for w in reversed(out):
+                    if w["action"] == "worker_pause" and w["host"] == host \
+                            and w["end"] is None:
+                        w["end"] = row["t"]
+                        break
+                continue
+            item = {"index": row.get("index"), "action": row["action"], "host": host,
+                    "params": row.get("params") or {}, "start": row["t"], "end": None}
+            out.append(item)
+            by_index[row.get("index")] = item
+        elif row.get("kind") == "undo" and row.get("index") in by_index:
+            item = by_index[row["index"]]
+            if item["end"] is None and item["action"] not in ("worker_kill", "ps_kill"):
+                item["end"] = row["t"]
+    return out
+
+
+def event_effects(rows: Iterable[Mapping[str, Any]], iterations) -> list[dict[str, Any]]:
+    """Iteration times around each host event: for its target host and for the other
+    hosts, the mean iteration duration (s) and count before, during and after it.
+
+    An iteration falls in the window holding its midpoint ((t_start + t_end) / 2):
+    before the event's start, during [start, end), after its end. ``iterations`` is
+    the analysis's iterations table (host, t_start, t_end, duration_s)."""
+    out = []
+    for w in event_windows(rows):
+        item = {k: w[k] for k in ("index", "action", "host", "start", "end")}
+        if iterations is None or len(iterations) == 0:
+            out.append(item)
+            continue
+        mid = (iterations["t_start"] + iterations["t_end"]) / 2
+        end = w["end"] if w["end"] is not None else float("inf")
+        phase = {"before": mid < w["start"], "during": (mid >= w["start"]) & (mid < end),
+                 "after": mid >= end}
+        target = iterations["host"] == w["host"]
+        for who, sel in (("target", target), ("others", ~target)):
+            for name, inside in phase.items():
+                d = iterations.loc[sel & inside, "duration_s"]
+                item[f"{who}_{name}_n"] = int(len(d))
+                item[f"{who}_{name}_s"] = float(d.mean()) if len(d) else None
+        out.append(item)
+    return out
+
+
+# --- registration -----------------------------------------------------------------------
+
+FIELDS = {
+    "cpu_throttle": {"host": "the host whose job processes are throttled, e.g. 'h3'",
+                     "share": f"CPU share of one core, from {MIN_SHARE:g} to 1 (cgroup "
+                              "CFS quota = share x 100 ms per 100 ms)"},
+    "worker_kill": {"host": "the worker's host", "rank": "or the worker's rank (0-based, PS "
+                                                         "hosts not counted)"},
+    "worker_pause": {"host": "the worker's host", "rank": "or the worker's rank"},
+    "worker_resume": {"host": "the worker's host", "rank": "or the worker's rank"},
+    "ps_kill": {"host": "the PS host (default: the first)"},
+}
+
+
+def register() -> None:
+    from incastlab.events import register_action
+
+    register_action("cpu_throttle", validate_throttle, apply_throttle, undo_throttle,
+                    fields=FIELDS["cpu_throttle"], target=_target("cpu", "start"),
+                    doc="limit a host's job processes to a share of one core (cgroups)")
+    register_action("worker_kill", validate_worker, apply_kill, None,
+                    fields=FIELDS["worker_kill"], target=_target("killed", "start"),
+                    doc="SIGKILL a worker's processes")
+    register_action("worker_pause", validate_worker, apply_pause, undo_pause,
+                    fields=FIELDS["worker_pause"], target=_target("paused", "start"),
+                    doc="SIGSTOP a worker (undone by SIGCONT)")
+    register_action("worker_resume", validate_worker, apply_resume, None,
+                    fields=FIELDS["worker_resume"], target=_target("paused", "end"),
+                    doc="SIGCONT a paused worker")
+    register_action("ps_kill", validate_ps_kill, apply_kill, None,
+                    fields=FIELDS["ps_kill"], target=_target("killed", "start"),
+                    doc="SIGKILL a parameter server")
+
+
+register()
