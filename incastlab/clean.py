@@ -1,8 +1,8 @@
 """Remove what crashed runs of ours left behind (``incastlab clean``), like ``mn -c``
-but only ours: the bridges, interfaces, namespaces and processes recorded in our state
-files (see incastlab.state), and preflight's probe namespaces whose creator died (the
-name carries its pid and start time). Idempotent; repeats until nothing recorded
-remains."""
+but only ours: the bridges, interfaces, namespaces, processes and CPU-throttle cgroups
+recorded in our state files (see incastlab.state), and preflight's probe namespaces
+whose creator died (the name carries its pid and start time). Idempotent; repeats
+until nothing recorded remains."""
 from __future__ import annotations
 
 import os
@@ -12,6 +12,7 @@ import subprocess
 import time
 
 from incastlab import subnet_guard
+from incastlab.hostevents import remove_cgroup
 from incastlab.lock import RunLock
 from incastlab.preflight import PROBE_NETNS_PREFIX
 from incastlab.state import RunState, all_states, is_same_process
@@ -87,6 +88,10 @@ def clean_state(state: RunState) -> list[str]:
         if os.path.exists(f"/run/netns/{ns}"):
             _run(["ip", "netns", "delete", ns])
             removed.append(f"namespace {ns}")
+    # after the processes: a cgroup can only go once nothing of ours is left inside
+    for path in state.data.get("cgroups", []):
+        if os.path.isdir(path) and remove_cgroup(path):
+            removed.append(f"cgroup {path}")
     return removed
 
 
@@ -97,6 +102,7 @@ def leftovers(state: RunState) -> list[str]:
     left += [f"interface {i}" for i in state.data["interfaces"] if interface_exists(i)]
     left += [f"process {p['pid']}" for p in state.data["processes"]
              if is_same_process(p["pid"], p["start"])]
+    left += [f"cgroup {c}" for c in state.data.get("cgroups", []) if os.path.isdir(c)]
     return left
 
 
