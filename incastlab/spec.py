@@ -52,7 +52,7 @@ from incastlab.fields import optional as _optional
 from incastlab.fields import pattern as _pattern
 from incastlab.fields import spec_field as _f
 from incastlab.jobs.base import Roles, Straggler
-from incastlab.topologies import naming
+from incastlab.topologies import fabricmap, naming
 
 TOPOLOGY_KINDS = ("leafspine", "star")
 CONGESTION_CONTROLS = ("cubic", "reno", "bbr")
@@ -61,6 +61,7 @@ POLICIES = tuple(controller_registry.POLICIES)
 POLL_RANGE = (min(p.poll_range[0] for p in controller_registry.POLICIES.values()),
               max(p.poll_range[1] for p in controller_registry.POLICIES.values()))
 MAX_SWEEP_RUNS = 500
+MAX_QUEUE_BYTES = 100_000_000  # as topologies.leafspine (which imports Mininet)
 FORMAT_VERSION = 1
 
 
@@ -123,13 +124,19 @@ class Topology:
     oversubscription: float | None = _f(
         None, _optional(_num(1, 1000)),
         "alternative to fabric_bw_mbps: fabric_bw = hosts_per_leaf*host_bw/(spines*ratio)")
-    queue_packets: int = _f(100, _int(1, 100_000, unit="packets"),
-                            "pfifo limit of every switch egress queue", sweep=True)
+    queue_packets: int | None = _f(100, _optional(_int(1, 100_000, unit="packets")),
+                                   "pfifo limit of every switch egress queue", sweep=True)
     delay: str | None = _f(None, _optional(_pattern(_DELAY_RE, "a delay like '2ms', '500us' "
                                                                "or '0.1s'")),
                            "one-way delay of every link; needs netem")
     congestion_control: str = _f("cubic", _choice(*CONGESTION_CONTROLS),
                                  "TCP congestion control set in every host", sweep=True)
+    mtu: int = _f(fabricmap.DEFAULT_MTU, _int(*fabricmap.MTU_RANGE, unit="bytes"),
+                  "MTU of every host and switch interface; 9000: jumbo frames (the "
+                  "datapath's cost is per packet: about 3x the capacity)", sweep=True)
+    queue_bytes: int | None = _f(None, _optional(_int(1, MAX_QUEUE_BYTES, unit="bytes")),
+                                 "instead of queue_packets: bfifo limit of every switch "
+                                 "egress queue, at least one frame (mtu + 14)", sweep=True)
 
 
 @dataclass
@@ -490,6 +497,9 @@ def loads_spec(text: str, overrides: Iterable[str] = (), *,
     raw_events = raw.pop("events", [])
     tables = _split_tables(raw, errors)
     tables["run"].setdefault("name", name)
+    # a byte limit replaces the packet limit's default; both given is refused (below)
+    if tables["topology"].get("queue_bytes") is not None:
+        tables["topology"].setdefault("queue_packets", None)
     spec = Spec(**{t: cls(**tables[t]) for t, cls in TABLES.items()}, events=raw_events,
                 source=source)
     errors += _problems(spec, capabilities)
@@ -665,6 +675,19 @@ def _point_problems(p: Spec, caps: dict[str, Any], bad: set[str]) -> list[str]:
             t.fabric_bw_mbps is not None and t.oversubscription is not None:
         errors.append(f"topology.oversubscription: {t.oversubscription!r} given together with "
                       f"topology.fabric_bw_mbps = {t.fabric_bw_mbps!r}; give one, not both")
+    if ok("topology.queue_packets", "topology.queue_bytes") and t.queue_bytes is not None:
+        if t.queue_packets is not None:
+            errors.append(f"topology.queue_bytes, topology.queue_packets: {t.queue_bytes!r} "
+                          f"bytes and {t.queue_packets!r} packets; a switch queue has one "
+                          "limit: give one of them, not both")
+        elif ok("topology.mtu") and t.queue_bytes < fabricmap.frame_bytes(t.mtu):
+            errors.append(f"topology.queue_bytes: {t.queue_bytes!r} holds no frame of "
+                          f"{fabricmap.frame_bytes(t.mtu)} bytes (topology.mtu = {t.mtu} "
+                          "+ 14): give at least that")
+        if t.delay and ok("topology.delay"):
+            errors.append(f"topology.queue_bytes: {t.queue_bytes!r} given with topology.delay "
+                          f"= {t.delay!r}; netem's queue limit counts packets, so a delay "
+                          "needs topology.queue_packets")
     if t.delay and ok("topology.delay") and caps.get("netem") is False:
         errors.append(f"topology.delay: {t.delay!r} needs netem (sch_netem), which this "
                       "kernel does not have; leave topology.delay out here")
@@ -735,13 +758,18 @@ def _fabric_problems(p: Spec, ok: Callable[..., bool]) -> list[str]:
 
 def _topology_kwargs(p: Spec) -> dict[str, Any]:
     t = p.topology
+    # mtu and queue_bytes only when asked for: a default spec builds the Topo exactly as
+    # before they existed (queue_packets None = the Topo's default, given queue_bytes)
+    extra = {"queue_bytes": t.queue_bytes} if t.queue_bytes is not None else {}
+    if t.mtu != fabricmap.DEFAULT_MTU:
+        extra["mtu"] = t.mtu
     if t.kind == "star":
         return {"senders": _star_senders(p), "host_bw": t.host_bw_mbps,
-                "queue_packets": t.queue_packets, "delay": t.delay}
+                "queue_packets": t.queue_packets, "delay": t.delay, **extra}
     return {"spines": t.spines, "leaves": t.leaves, "hosts_per_leaf": t.hosts_per_leaf,
             "host_bw": t.host_bw_mbps, "fabric_bw": t.fabric_bw_mbps,
             "oversubscription": t.oversubscription, "queue_packets": t.queue_packets,
-            "delay": t.delay}
+            "delay": t.delay, **extra}
 
 
 def _make_topology(p: Spec):

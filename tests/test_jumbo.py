@@ -137,3 +137,28 @@ def test_a_bad_mtu_in_the_map_is_refused(value, message):
     data["mtu"] = value
     with pytest.raises(FabricError, match=message):
         FabricMap.from_dict(data)
+
+
+# ---------------------------------------------------------------- the spec
+
+def test_the_spec_mtu_reaches_the_topology():
+    from incastlab.spec import load_spec, loads_spec
+
+    assert load_spec().topology.mtu == 1500
+    assert "mtu" not in load_spec().topology_kwargs()  # the Topo built as before
+    spec = loads_spec("[topology]\nmtu = 9000\n")
+    assert spec.topology_kwargs()["mtu"] == 9000
+    assert loads_spec(spec.to_toml()) == spec
+    assert load_spec(None, ["topology.mtu=[1500, 9000]"], allow_sweep=True).swept() == {
+        "topology.mtu": [1500, 9000]}
+
+
+@pytest.mark.parametrize("value", ["1279", "9001", "1500.0", '"9000"', "true"])
+def test_the_spec_refuses_other_mtus_naming_the_field(value):
+    from incastlab.spec import SpecError, loads_spec
+
+    with pytest.raises(SpecError) as info:
+        loads_spec(f"[topology]\nmtu = {value}\n")
+    (error,) = info.value.errors
+    assert error.startswith("topology.mtu: ") and \
+        error.endswith(" is not an integer from 1280 to 9000 (bytes)")

@@ -88,3 +88,57 @@ def test_the_map_round_trips_a_byte_limit_and_refuses_two():
     neither["queue_packets"] = None
     with pytest.raises(FabricError, match="exactly one must be set, got None and None"):
         FabricMap.from_dict(neither)
+
+
+# ---------------------------------------------------------------- the spec
+
+def _errors(text: str, overrides=()) -> list[str]:
+    from incastlab.spec import SpecError, loads_spec
+
+    with pytest.raises(SpecError) as info:
+        loads_spec(text, overrides, allow_sweep=True)
+    return info.value.errors
+
+
+def test_the_spec_takes_a_byte_limit_instead_of_the_packet_limit():
+    from incastlab.spec import load_spec, loads_spec
+
+    default = load_spec()
+    assert (default.topology.queue_packets, default.topology.queue_bytes) == (100, None)
+    assert "queue_bytes" not in default.topology_kwargs()  # the Topo as before
+    spec = loads_spec("[topology]\nqueue_bytes = 30280\n")
+    assert (spec.topology.queue_packets, spec.topology.queue_bytes) == (None, 30_280)
+    kwargs = spec.topology_kwargs()
+    assert (kwargs["queue_packets"], kwargs["queue_bytes"]) == (None, 30_280)
+    # the resolved spec (the run directory's spec.toml) loads back equal: no packet limit
+    assert "queue_packets" not in spec.to_toml()
+    assert loads_spec(spec.to_toml()) == spec
+    # an override may give it too, and a sweep over it labels its runs by it
+    assert load_spec(None, ["topology.queue_bytes=45000"]).topology.queue_packets is None
+    from incastlab.spec import expand_sweep
+
+    runs = expand_sweep(loads_spec("[topology]\nqueue_bytes = [15000, 30000]\n",
+                                   allow_sweep=True))
+    assert [label for label, _ in runs] == ["queue_bytes=15000,rep=1", "queue_bytes=30000,rep=1"]
+
+
+@pytest.mark.parametrize("text,overrides,message", [
+    ("[topology]\nqueue_bytes = 30000\nqueue_packets = 20\n", (),
+     "topology.queue_bytes, topology.queue_packets: 30000 bytes and 20 packets; a switch "
+     "queue has one limit: give one of them, not both"),
+    ("[topology]\nqueue_packets = 20\n", ("topology.queue_bytes=30000",),
+     "topology.queue_bytes, topology.queue_packets: 30000 bytes and 20 packets; a switch "
+     "queue has one limit: give one of them, not both"),
+    ("[topology]\nmtu = 9000\nqueue_bytes = 9013\n", (),
+     "topology.queue_bytes: 9013 holds no frame of 9014 bytes (topology.mtu = 9000 + 14): "
+     "give at least that"),
+    ("[topology]\nqueue_bytes = 0\n", (),
+     "topology.queue_bytes: 0 is not an integer from 1 to 100000000 (bytes)"),
+    ("[topology]\nqueue_bytes = 30000.5\n", (),
+     "topology.queue_bytes: 30000.5 is not an integer from 1 to 100000000 (bytes)"),
+    ('[topology]\nqueue_bytes = 30000\ndelay = "1ms"\n', (),
+     "topology.queue_bytes: 30000 given with topology.delay = '1ms'; netem's queue limit "
+     "counts packets, so a delay needs topology.queue_packets"),
+])
+def test_spec_refusals_name_the_fields(text, overrides, message):
+    assert _errors(text, overrides) == [message]
