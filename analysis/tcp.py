@@ -101,18 +101,22 @@ def data_flows(tcp: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def reused_tuples(tcp: pd.DataFrame) -> pd.DataFrame:
+def reused_tuples(tcp: pd.DataFrame, keys: bool = False) -> pd.DataFrame:
     """Flows whose 4-tuple carried more than one connection (distinct SYN sequence
     numbers at one capture point); their sequence analysis mixes connections.
 
-    Columns: flow, iface, connections."""
+    Columns: flow, iface, connections (and src, dst, sport, dport first with `keys`),
+    ordered by flow key, then capture."""
+    cols = [*(FLOW_KEY if keys else []), "flow", "iface", "connections"]
     syn = tcp[((tcp["flags"] & SYN) > 0) & ((tcp["flags"] & ACK) == 0)]
     if syn.empty:
-        return pd.DataFrame(columns=["flow", "iface", "connections"])
+        return pd.DataFrame(columns=cols)
     n = syn.groupby([*FLOW_KEY, "iface"], observed=True)["seq"].nunique()
     n = n[n > 1].reset_index()
-    return pd.DataFrame({"flow": [flow_name(*k) for k in n[FLOW_KEY].itertuples(index=False)],
-                         "iface": n["iface"].astype(str), "connections": n["seq"]})
+    out = {k: n[k] for k in (FLOW_KEY if keys else [])}
+    out.update({"flow": [flow_name(*k) for k in n[FLOW_KEY].itertuples(index=False)],
+                "iface": n["iface"].astype(str), "connections": n["seq"]})
+    return pd.DataFrame(out)
 
 
 def _index(tcp: pd.DataFrame) -> dict:
@@ -422,17 +426,23 @@ def flow_summary(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
 
 
 def throughput_series(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
-                      bin_s: float | None = None) -> pd.DataFrame:
+                      bin_s: float | None = None,
+                      t_range: tuple[float, float] | None = None) -> pd.DataFrame:
     """Payload throughput per flow over time at the sender side, long format.
 
     Columns: t (bin start, s), flow, mbps (payload Mbit/s incl. retransmissions).
-    `bin_s` defaults to span/200 rounded to 10 ms (at least 10 ms).
+    `bin_s` defaults to span/200 rounded to 10 ms (at least 10 ms). The span is that of
+    the data packets in `tcp`, or `t_range` (first, last data packet, s) when `tcp` holds
+    only some of the run's connections (chunked.py), so that every part uses the same bins.
     """
     flows = data_flows(tcp) if flows is None else flows
     if flows.empty:
         return pd.DataFrame(columns=["t", "flow", "mbps"])
-    data = tcp[tcp["payload_len"] > 0]
-    t0, t1 = float(data["t"].min()), float(data["t"].max())
+    if t_range is None:
+        data = tcp[tcp["payload_len"] > 0]
+        t0, t1 = float(data["t"].min()), float(data["t"].max())
+    else:
+        t0, t1 = (float(x) for x in t_range)
     if bin_s is None:
         bin_s = max(round((t1 - t0) / 200, 2), 0.01)
     edges = np.arange(t0, t1 + bin_s, bin_s)
