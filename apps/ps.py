@@ -64,6 +64,15 @@ legitimate wait: a straggler's step, or N x gradient bytes / link rate for a syn
 a dead or hung peer makes this process exit 1 with one line on stderr and an `error`
 event; SIGTERM exits 143 the same way. All ranks end with a barrier. Log:
 DIR/<rank>.jsonl, see docs/run-directory.md.
+
+A lost worker (its connection failed: killed, or silent past --timeout) ends a sync
+server with that reason: every step needs every worker. The other modes go on without
+it, as they would in a real cluster: async and SSP (the slowest clock is then taken
+over the workers left), and backup while at least N-B workers are left (a step's
+quorum); each server logs a `lost` event (rank, message) and leaves that worker out of
+the end. The end is a barrier of point-to-point messages among the ranks left (every
+rank sends a token to rank 0, which answers each), since gloo's barrier needs every
+rank, dead ones too.
 """
 from __future__ import annotations
 
@@ -85,6 +94,8 @@ MODES = ("sync", "async", "ssp", "backup")
 PUSH_TRAILER = 2  # version, iteration
 PULL_TRAILER = 5  # version, staleness, hold_s, stop, accepted
 LR_RULES = ("mean", "per_worker", "staleness")
+TOLERATES_LOST = ("async", "ssp", "backup")  # modes that can go on without a worker
+FINISH_TAG = 7  # tag of the end barrier's tokens (every other message uses tag 0)
 # Defaults that make the modes comparable: N gradients move the model as far in every mode
 # (sync averages N gradients with lr; async/SSP apply each of the N with lr / N).
 DEFAULT_LR_RULE = {"sync": "mean", "backup": "mean", "async": "per_worker",
@@ -200,6 +211,7 @@ class Server:
         self.n = hi - lo
         self.workers = list(range(args.shards, args.world_size))
         self.quorum = len(self.workers) - (args.backup_workers or 0)
+        self.lost: dict[int, str] = {}  # worker rank -> why it was given up
         self.version = 0
         self.received = {w: 0 for w in self.workers}  # gradients received = SSP clock
         self.stopped: set[int] = set()
@@ -232,6 +244,8 @@ class Server:
 
     def reply(self, w: int, t_arrival: float | None, staleness: int, accepted: bool) -> None:
         """Send the current parameters to worker `w` and, unless it stops, expect more."""
+        if w in self.lost:
+            return  # a lost worker's gradient still counted in its step; it gets no reply
         stop = self._stops(w)
         hold = 0.0 if t_arrival is None else time.time() - t_arrival
         trailer = torch.tensor([self.version, staleness, hold, float(stop), float(accepted)])
@@ -298,14 +312,17 @@ class Server:
         self.maybe_evaluate()  # version 0: where training starts
         for w in self.workers:
             self.reply(w, None, 0, True)
-        while len(self.stopped) < len(self.workers):
+        while any(w not in self.stopped for w in self.live()):
             try:
                 w, buf, t_arr, exc = self.events.get(timeout=self.args.timeout + 5)
             except queue.Empty:
                 raise common.PeerError(f"no gradient from any worker within "
                                        f"{self.args.timeout:g} s") from None
+            if w in self.lost:
+                continue  # its other pending message failed too, or arrived too late
             if exc is not None:
-                raise exc
+                self.lose(w, exc)
+                continue
             self.bytes_recv += buf.numel() * BYTES_PER_PARAM
             self.received[w] += 1
             grad, g_version, g_iter = buf[:self.n], int(buf[self.n]), int(buf[self.n + 1])
@@ -320,9 +337,36 @@ class Server:
 
     def _check_errors(self) -> None:
         while not self.events.empty():
-            _, _, _, exc = self.events.get()
-            if exc is not None:
-                raise exc
+            w, _, _, exc = self.events.get()
+            if exc is not None and w not in self.lost:
+                if w in self.stopped and self.args.mode in TOLERATES_LOST:
+                    self.lose(w, exc)  # its last reply was not taken: gone at the end
+                else:
+                    raise exc
+
+    def live(self) -> list[int]:
+        return [w for w in self.workers if w not in self.lost]
+
+    def lose(self, w: int, exc: Exception) -> None:
+        """Give up worker `w` whose message failed (`exc`): in a mode that tolerates it,
+        log a `lost` event and go on without it; otherwise (sync, or a backup quorum no
+        longer reachable) end with the reason."""
+        what = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        left = len(self.live()) - 1
+        if self.args.mode not in TOLERATES_LOST:
+            raise common.PeerError(f"worker rank {w} lost; mode {self.args.mode} needs every "
+                                   f"worker's gradient each step: {what}") from exc
+        if self.args.mode == "backup" and left < self.quorum:
+            raise common.PeerError(f"worker rank {w} lost; {left} workers left, fewer than "
+                                   f"the {self.quorum} a backup step needs (workers - "
+                                   f"backup workers): {what}") from exc
+        self.lost[w] = what
+        self.deferred.pop(w, None)
+        self.log.write("lost", t=time.time(), rank=w, workers_left=left, message=what)
+        if self.args.mode == "ssp":  # the slowest clock may have been the lost worker's
+            for r in self.ssp_releasable():
+                t_r, stale_r = self.deferred.pop(r)
+                self.reply(r, t_r, stale_r, True)
 
     def on_arrival_step(self, w: int, grad: torch.Tensor, g_version: int, g_iter: int,
                         t_arr: float) -> None:
@@ -347,6 +391,19 @@ class Server:
         for r in ranks:
             self.reply(r, step[r][1], 0, True)
 
+    def slowest_clock(self) -> int:
+        """ssp: the least clock (gradients received) of the workers left."""
+        return min(self.received[r] for r in self.live())
+
+    def ssp_releasable(self) -> list[int]:
+        """ssp: the deferred workers whose next iteration keeps within the bound (or
+        who are done), in rank order."""
+        slowest = self.slowest_clock()
+        # gap = the iteration r would start, minus the least clock
+        return [r for r in sorted(self.deferred)
+                if self.received[r] - slowest <= self.args.staleness
+                or self.received[r] >= self.args.iterations]
+
     def on_arrival_async(self, w: int, grad: torch.Tensor, g_version: int, g_iter: int,
                          t_arr: float) -> None:
         """async and ssp: apply at once; ssp holds replies that would break the bound."""
@@ -360,13 +417,10 @@ class Server:
             self.reply(w, t_arr, stale, True)
             return
         self.deferred[w] = (t_arr, stale)
-        slowest = min(self.received.values())
-        released, gaps = [], []
-        for r in sorted(self.deferred):
-            gap = self.received[r] - slowest  # = the iteration r would start, minus min clock
-            if gap <= self.args.staleness or self.received[r] >= self.args.iterations:
-                released.append(r)
-                gaps.append(gap if self.received[r] < self.args.iterations else None)
+        released = self.ssp_releasable()
+        slowest = self.slowest_clock()
+        gaps = [self.received[r] - slowest if self.received[r] < self.args.iterations
+                else None for r in released]
         record.update(clocks={str(r): c for r, c in self.received.items()},
                       released=released, gaps=gaps)
         self.log.write("update", **record)
@@ -388,15 +442,43 @@ def run_server(args: argparse.Namespace, log: common.JsonLog) -> None:
     server = Server(args, log, trainer, lo, hi)
     log.write("ready", t=time.time(), init_s=time.time() - t0, bytes_recv=0)
     server.run()
-    common.finish_gloo(args.timeout)
+    finish(args, [r for r in range(1, args.world_size) if r not in server.lost])
     accuracy = loss = None
     if args.shards == 1:
         accuracy, loss = trainer.evaluate(server.params)
     log.write("final", t=time.time(), accuracy=accuracy, loss=loss, iterations=server.version,
               applied=server.applied, discarded=server.discarded,
+              lost={str(r): m for r, m in server.lost.items()},
               discarded_by_rank={str(r): c for r, c in server.discarded_by_rank.items()},
               bytes_sent=server.bytes_sent, bytes_recv=server.bytes_recv,
               params_sha256=params_digest(server.params))
+
+
+def finish(args: argparse.Namespace, peers: list[int]) -> None:
+    """The end barrier among the ranks left: every rank but 0 sends a token to rank 0
+    and waits for its answer; rank 0 (`peers`: the ranks it expects, lost workers left
+    out) answers once all tokens arrived. Like gloo's barrier, it keeps any rank from
+    closing its connections while a peer may still be reading (see common.finish_gloo),
+    without needing a dead rank. A worker lost at another shard only is given up here."""
+    token = torch.zeros(1)
+    if args.rank != 0:
+        common.wait(dist.isend(token, dst=0, tag=FINISH_TAG), args.timeout,
+                    "final barrier: send to rank 0")
+        common.wait(dist.irecv(token, src=0, tag=FINISH_TAG), args.timeout,
+                    "final barrier: answer from rank 0")
+        return
+    answered = []
+    for r in peers:
+        try:
+            common.wait(dist.irecv(torch.zeros(1), src=r, tag=FINISH_TAG), args.timeout,
+                        f"final barrier: token from rank {r}")
+            answered.append(r)
+        except common.PeerError:
+            if r < args.shards or args.mode not in TOLERATES_LOST:
+                raise
+    sends = [dist.isend(token, dst=r, tag=FINISH_TAG) for r in answered]
+    for r, work in zip(answered, sends, strict=True):
+        common.wait(work, args.timeout, f"final barrier: answer to rank {r}")
 
 
 # ----------------------------------------------------------------------------- worker
@@ -484,7 +566,7 @@ def run_worker(args: argparse.Namespace, log: common.JsonLog) -> None:
                   staleness=max(g["staleness"] for g in got),
                   accepted=all(g["accepted"] for g in got), loss=loss)
         iteration += 1
-    common.finish_gloo(args.timeout)
+    finish(args, [])
     params = torch.cat([shard.params for shard in shards])
     accuracy, test_loss = trainer.evaluate(params)
     log.write("final", t=time.time(), accuracy=accuracy, loss=test_loss, iterations=iteration,
