@@ -42,7 +42,7 @@ from incastlab.fields import did_you_mean, int_check, num_check
 from incastlab.topologies import naming
 
 # Modules that register actions when imported (one line per module; H8: host events).
-ACTION_MODULES = ["incastlab.netevents"]
+ACTION_MODULES = ["incastlab.netevents", "incastlab.hostevents"]
 COMMON_FIELDS = ("at_s", "at_iteration", "action", "duration_s")
 MAX_AT_S = 86_400.0
 EVENTS_FILE = "events.jsonl"
