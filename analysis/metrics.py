@@ -320,6 +320,28 @@ HEADLINE: list[Metric] = [
            _cost("loss_recovery_s"), ("workers", "fabric", "pcap", "flows"), _cost_absent),
 ]
 
+# Latency under load (analysis/latency.py), every job kind: built in like HEADLINE, a list
+# of its own so that HEADLINE's keys stay as they were
+LATENCY: list[Metric] = [
+    Metric("rtt_p50_ms", "median RTT under load", "ms",
+           "Round-trip time of data segments at their sender's capture (data -> the ACK "
+           "that first covers it; Karn's rule: none from retransmitted data), median over "
+           "all flows' samples.",
+           lambda a: _get(a, "latency", "rtt_p50_ms"), ("pcap", "flows"),
+           "no RTT sample (no data acknowledged without a retransmission)"),
+    Metric("rtt_p99_ms", "99th-percentile RTT", "ms",
+           "99 % of the RTT samples (all flows) were shorter: the queueing a loaded path "
+           "adds, at its worst.",
+           lambda a: _get(a, "latency", "rtt_p99_ms"), ("pcap", "flows"),
+           "no RTT sample (no data acknowledged without a retransmission)", plot=True),
+    Metric("queue_delay_p99_ms", "99th-percentile queueing delay", "ms",
+           "Switch egress queues: backlog bytes x 8 / the port's rate at each queue "
+           "sample, weighted by the packets the port sent; 99 % of packets through any "
+           "port met less.",
+           lambda a: _get(a, "latency", "queue_delay_p99_ms"), ("queues", "fabric"),
+           "no packets through a sampled switch port", plot=True),
+]
+
 _REGISTERED: list[Metric] = []
 
 
@@ -343,9 +365,10 @@ def unregister(*names: str) -> None:
 
 
 def all_metrics() -> list[Metric]:
-    """Every declared metric: the built-in list, then those registered here, then each
+    """Every declared metric: the built-in lists (HEADLINE, LATENCY), then those
+    registered here, then each
     registered job kind's `metrics()` (incastlab.jobs), in that order."""
-    return HEADLINE + _REGISTERED + job_metrics()
+    return HEADLINE + LATENCY + _REGISTERED + job_metrics()
 
 
 def job_metrics() -> list[Metric]:
@@ -357,7 +380,7 @@ def job_metrics() -> list[Metric]:
         from incastlab.jobs import JOBS
     except ImportError:  # the analysis alone, without the orchestrator
         return []
-    taken = {m.name for m in HEADLINE + _REGISTERED}
+    taken = {m.name for m in HEADLINE + LATENCY + _REGISTERED}
     out: dict[str, tuple[Metric, str]] = {}
     for kind, job in JOBS.items():
         for m in job.metrics():

@@ -576,3 +576,57 @@ def sequence_plot(seq: dict, t0: float, path, title: str,
     ax.set_title(title, fontsize="medium")
     _legend_outside(ax)
     return _save(fig, path)
+
+
+def _cdf_line(ax, values, weights=None, **kw):
+    """A step CDF of `values` (ms), each counted `weights` times (None: once)."""
+    v = np.asarray(values, dtype=float)
+    w = np.ones(len(v)) if weights is None else np.asarray(weights, dtype=float)
+    keep = np.isfinite(v) & (w > 0)
+    v, w = v[keep], w[keep]
+    if not len(v):
+        return
+    order = np.argsort(v, kind="stable")
+    cw = np.cumsum(w[order])
+    ax.step(v[order], cw / cw[-1], where="post", **kw)
+
+
+def latency_cdf(rtt: dict, queue: dict, sojourn: dict | None, path,
+                top_n: int = TOP_N) -> Path | None:
+    """Latency under load as CDFs (analysis/latency.py): left, RTT samples (s) per flow
+    role; right, queueing delay (s) per switch port, each sample weighted by the packets
+    the port sent ({iface: (delays, weights)}), with the measured sojourns between two
+    capture points dashed. Axes in ms; at most `top_n` groups per panel (the first given).
+    None when there is nothing to draw."""
+    sojourn = sojourn or {}
+    if not rtt and not queue and not sojourn:
+        return None
+    fig, (ax_r, ax_q) = plt.subplots(1, 2, figsize=(12, 4))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (role, v) in enumerate(list(rtt.items())[:top_n]):
+        _cdf_line(ax_r, np.asarray(v) * 1e3, color=colours[i % len(colours)],
+                  label=f"{role} ({len(v)})")
+    if not rtt:
+        ax_r.text(0.5, 0.5, "no RTT samples", ha="center", va="center",
+                  transform=ax_r.transAxes, color="gray")
+    ax_r.set_title("RTT per flow role (samples)", fontsize="medium")
+    for i, (iface, (v, w)) in enumerate(list(queue.items())[:top_n]):
+        _cdf_line(ax_q, np.asarray(v) * 1e3, w, color=colours[i % len(colours)], label=iface)
+    for i, (pair, v) in enumerate(list(sojourn.items())[:top_n]):
+        _cdf_line(ax_q, np.asarray(v) * 1e3, color=colours[(i + 3) % len(colours)], ls="--",
+                  label=f"sojourn {pair}")
+    if not queue and not sojourn:
+        ax_q.text(0.5, 0.5, "no queue samples", ha="center", va="center",
+                  transform=ax_q.transAxes, color="gray")
+    ax_q.set_title("Queueing delay per port (packet-weighted); sojourn dashed",
+                   fontsize="medium")
+    for ax in (ax_r, ax_q):
+        ax.set_xlabel("delay (ms)")
+        ax.set_ylabel("fraction of samples at or below")
+        ax.set_ylim(0, 1.02)
+        ax.set_xlim(left=0)
+        ax.grid(alpha=0.3)
+        _legend_outside(ax)
+    fig.suptitle("Latency under load")
+    fig.tight_layout()
+    return _save(fig, path)

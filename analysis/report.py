@@ -24,6 +24,7 @@ from . import findings as fnd
 from . import flowroles as fr
 from . import interactive
 from . import jobcost
+from . import latency as lat
 from . import metrics as mt
 from . import render
 from . import queues as qmod
@@ -318,6 +319,9 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
         "flows": int(len(fsum)), "captures": a.tables["pcaps"],
         "missing": missing, "problems": problems,
     })
+    # latency under load (latency.py): RTT samples, queueing delay, sojourn
+    a.tables["latency"] = guard("latency under load", lambda: lat.analyse(a), dict)
+    a.metrics["latency"] = _jsonable(lat.summary(a.tables["latency"]))
     readings = mt.evaluate(a, kind)
     a.metrics["headline"] = _jsonable(mt.headline(readings))
     a.metrics["headline_na"] = mt.not_available(readings)
@@ -404,8 +408,10 @@ def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
     out.mkdir(parents=True, exist_ok=True)
     a.out_dir = out
     figs = render.plot_all(a, out / "plots") if plots else {}
+    if plots:
+        figs["latency"] = lat.figure(a, out / "plots" / "latency.png")
     try:
-        sections = render.sections(a, figs)
+        sections = lat.with_section(render.sections(a, figs), a, figs)
     except Exception:  # keep the banner and the numbers even if a section has a bug
         sections = [("Report error", f"<pre>{html.escape(traceback.format_exc())}</pre>",
                      "report section failed\n")]

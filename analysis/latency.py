@@ -1,0 +1,446 @@
+"""Latency under load: RTT samples from the captures, queueing delay at the switch ports
+and the measured sojourn between two capture points (Flent's first view: how long a
+packet waits while the links are loaded).
+
+RTT samples (`rtt_samples`)
+    From each flow's SENDER-side capture (tcp.data_flows: the capture that saw its data
+    first, the sending host's own interface when it was captured). One sample per ACK
+    that covers bytes no earlier ACK covered, measured from the newest data segment it
+    covers (as Wireshark's `tcp.analysis.ack_rtt` and tcptrace measure): so an ACK that
+    covers two segments (a delayed ACK) gives one sample, from the second segment, and
+    the first segment's wait for its partner at the receiver is not counted as network
+    delay. Duplicate ACKs cover nothing new and give none. A SACK block that reaches
+    above everything covered before counts as covering the segment that ends at its
+    right edge (the receiver has it), as Linux's SACK RTT does.
+    Karn's rule, as Linux applies it (tcp_clean_rtx_queue): no sample from an ACK whose
+    newly covered bytes, from the previous cumulative ACK (the previous SACK edge for a
+    SACK-only advance) up to its own edge, include any byte that was transmitted twice:
+    neither a retransmitted segment nor an ACK that could be for a retransmission gives
+    a sample. A packet the capture holds twice with the same IP id is one transmission.
+    Sequence numbers are unwrapped (tcp._unwrap), so a flow crossing 2^32 is one flow.
+    The capture sees a host's outgoing packets when its qdisc releases them, so a sample
+    is what the wire saw: the path's queues and links both ways, the receiver's stack
+    and ACK policy; not the time the data waited in the sender's own qdisc.
+
+Queueing delay (`queue_delay`)
+    queues.csv samples every switch egress queue every ~10 ms: delay = backlog bytes x 8
+    / the port's configured rate (fabric.json), the time the last packet in the queue
+    waits for those before it. Percentiles weight each sample by the packets the port
+    sent in the interval that ends at it, so they describe what the packets crossing
+    the port met; an idle port weighs nothing. A pfifo of Q packets of at most 1514
+    bytes bounds it: Q x 1514 x 8 / rate.
+
+Sojourn (`sojourns`)
+    A data packet captured at its sender's capture and again at a later capture point
+    (a spine port, the receiving host) is matched on flow, sequence number, length and
+    IP id (every transmission has its own IP id); the time between the two captures is
+    its measured sojourn: the queues and links between the points. Packets with IP id 0
+    are not matched (they could not be told apart).
+
+Groups: RTT by flow role (the roles at the flow's two ends, as the manifest's processes
+name them, e.g. "worker → server"; host names where a run has no roles), queueing delay
+by port, sojourn by pair of capture points. All percentiles in ms.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import tcp
+from .pcap import SYN, ip_to_str
+
+RTT_COLUMNS = ["flow", "role", "src", "dst", "sport", "dport", "iface", "t", "t_ack",
+               "rtt_s", "seq", "len", "sack"]
+QDELAY_COLUMNS = ["t", "iface", "kind", "rate_mbps", "backlog_bytes", "delay_s", "weight"]
+SOJOURN_COLUMNS = ["flow", "from_iface", "to_iface", "t", "sojourn_s", "seq", "len"]
+SUMMARY_COLUMNS = ["measure", "group", "samples", "p50_ms", "p90_ms", "p99_ms", "max_ms",
+                   "note"]
+QUANTILES = (0.5, 0.9, 0.99)
+FRAME_MAX_BYTES = 1514   # largest Ethernet frame a switch queue holds (MTU 1500 + 14)
+MAX_SOJOURN_S = 10.0     # a longer "sojourn" is a different packet with the same key
+_NONE = np.iinfo(np.int64).min
+_TWO32, _TWO31 = 1 << 32, 1 << 31
+
+
+# ---------------------------------------------------------------- percentiles
+
+def weighted_quantiles(values, weights=None, qs=QUANTILES) -> list[float]:
+    """Quantiles of `values` where each counts `weights` times (None: once each): the
+    smallest value with at least q of the total weight at or below it (NaN: no weight)."""
+    v = np.asarray(values, dtype=float)
+    w = np.ones(len(v)) if weights is None else np.asarray(weights, dtype=float)
+    keep = np.isfinite(v) & (w > 0)
+    v, w = v[keep], w[keep]
+    if not len(v):
+        return [float("nan")] * len(qs)
+    order = np.argsort(v, kind="stable")
+    v, cw = v[order], np.cumsum(w[order])
+    total = cw[-1]
+    # a small relative slack so that e.g. q = 0.5 of 2 equal weights picks the first
+    idx = np.searchsorted(cw, np.asarray(qs) * total * (1 - 1e-12), "left")
+    return [float(v[min(i, len(v) - 1)]) for i in idx]
+
+
+def stats_ms(values_s, weights=None) -> dict:
+    """{samples, p50_ms, p90_ms, p99_ms, max_ms} of delays in seconds; samples counts
+    those with weight > 0."""
+    v = np.asarray(values_s, dtype=float)
+    w = None if weights is None else np.asarray(weights, dtype=float)
+    n = int(np.isfinite(v).sum()) if w is None else int((np.isfinite(v) & (w > 0)).sum())
+    p50, p90, p99 = weighted_quantiles(v, w)
+    live = np.isfinite(v) if w is None else np.isfinite(v) & (w > 0)
+    mx = float(v[live].max()) if live.any() else float("nan")
+    return {"samples": n, "p50_ms": p50 * 1e3, "p90_ms": p90 * 1e3, "p99_ms": p99 * 1e3,
+            "max_ms": mx * 1e3}
+
+
+# ---------------------------------------------------------------- RTT
+
+def _signed32(x: np.ndarray) -> np.ndarray:
+    return ((x.astype(np.int64) + _TWO31) % _TWO32) - _TWO31
+
+
+def flow_rtt(fwd: pd.DataFrame, rev: pd.DataFrame) -> pd.DataFrame:
+    """RTT samples of one flow from its packets at one capture point (`fwd`: the flow's
+    own packets, `rev`: the other direction, each sorted by time; tcp._flow_packets).
+
+    Columns: t (the sampled segment's capture time, s), t_ack (the ACK's), rtt_s, seq
+    (relative), len, sack (the sample came from a SACK edge)."""
+    cols = ["t", "t_ack", "rtt_s", "seq", "len", "sack"]
+    if (fwd["payload_len"] > 0).sum() == 0:
+        return pd.DataFrame(columns=cols)
+    _base, data, rel, ln, acks, ack_rel = tcp._flow_state(fwd, rev)
+    t = data["t"].to_numpy()
+    ipid = data["ip_id"].to_numpy().astype(np.int64)
+    # one transmission captured twice (same seq, length and IP id) counts once
+    dup = pd.DataFrame({"r": rel, "l": ln, "i": ipid}).duplicated().to_numpy() & (ipid != 0)
+    rel, ln, t = rel[~dup], ln[~dup], t[~dup]
+    end = rel + ln
+    snd_max = np.concatenate([[_NONE], np.maximum.accumulate(end)[:-1]])
+    again = rel < snd_max  # sent before (in part or whole): a retransmission
+    # bytes transmitted more than once: the union of the retransmitted ranges (the
+    # originals they repeat lie inside them), as sorted disjoint [lo, hi) intervals
+    order = np.argsort(rel[again], kind="stable")
+    r_lo, r_hi = rel[again][order], end[again][order]
+    if len(r_lo):
+        reach = np.maximum.accumulate(r_hi)
+        new = np.concatenate([[True], r_lo[1:] > reach[:-1]])
+        starts = np.flatnonzero(new)
+        t_lo, t_hi = r_lo[starts], np.maximum.reduceat(r_hi, starts)
+    else:
+        t_lo = t_hi = np.empty(0, np.int64)
+    # first transmissions: their ends rise strictly with time
+    first = ~again
+    o_t, o_rel, o_end = t[first], rel[first], end[first]
+    if not len(acks) or not len(o_end):
+        return pd.DataFrame(columns=cols)
+    at = acks["t"].to_numpy()
+    # SACK: the highest right edge, as an offset above the ACK number (wrap-safe); a
+    # D-SACK edge lies below the ACK (negative) and says nothing new was received
+    off = _signed32(acks["sack_hi"].to_numpy().astype(np.int64)
+                    - acks["ack"].to_numpy().astype(np.int64))
+    has_sack = acks["sack"].to_numpy().astype(bool) & (off > 0)
+    cover = np.where(has_sack, ack_rel + np.maximum(off, 0), ack_rel)
+    prev_cover = np.concatenate([[_NONE], np.maximum.accumulate(cover)[:-1]])
+    prev_cum = np.concatenate([[_NONE], np.maximum.accumulate(ack_rel)[:-1]])
+    advances = cover > prev_cover
+    k = np.searchsorted(o_end, cover, "right") - 1   # newest first transmission covered
+    kk = np.clip(k, 0, None)
+    ok = advances & (k >= 0)
+    ok &= o_end[kk] > prev_cover                     # ... that nothing covered before
+    by_sack = has_sack & (cover > ack_rel)
+    ok &= ~by_sack | (o_end[kk] == cover)            # a SACK edge is a segment's end
+    ok &= o_t[kk] < at                               # sent before the ACK came back
+    # Karn: the bytes this ACK newly covers, from the previous cumulative ACK (the
+    # previous edge when only the SACK edge moved) and the sampled segment itself
+    lo = np.where(ack_rel > prev_cum, prev_cum, prev_cover)
+    lo = np.minimum(lo, o_rel[kk])
+    j = np.searchsorted(t_lo, cover, "left") - 1      # last doubled range starting below
+    doubled = (j >= 0) & (t_hi[np.clip(j, 0, None)] > lo) if len(t_lo) else \
+        np.zeros(len(cover), bool)
+    ok &= ~doubled
+    i = np.flatnonzero(ok)
+    seg = kk[i]
+    return pd.DataFrame({"t": o_t[seg], "t_ack": at[i], "rtt_s": at[i] - o_t[seg],
+                         "seq": o_rel[seg], "len": o_end[seg] - o_rel[seg],
+                         "sack": by_sack[i]}, columns=cols)
+
+
+def host_roles(manifest: dict | None) -> dict[str, str]:
+    """{host: its roles without ranks, e.g. 'worker' or 'server, worker'} from the
+    manifest's processes (as flowroles.host_roles names them)."""
+    roles: dict[str, set] = {}
+    for p in (manifest or {}).get("processes") or []:
+        if isinstance(p, dict) and p.get("host") and p.get("role"):
+            roles.setdefault(str(p["host"]), set()).add(str(p["role"]))
+    return {h: ", ".join(sorted(r)) for h, r in roles.items()}
+
+
+def flow_role(src, dst, fabric=None, roles: dict | None = None) -> str:
+    """'worker → server': the roles at the flow's two ends; a host without a role by
+    its name, an address outside the fabric as itself."""
+    def end(ip):
+        text = ip_to_str(ip)
+        host = fabric.host_by_ip(text) if fabric is not None else None
+        if host is None:
+            return text
+        return (roles or {}).get(host.name) or host.name
+    return f"{end(src)} → {end(dst)}"
+
+
+def rtt_samples(tcp_df: pd.DataFrame, flows: pd.DataFrame | None = None, fabric=None,
+                manifest: dict | None = None) -> pd.DataFrame:
+    """Every flow's RTT samples at its sender-side capture (see the module text).
+
+    `flows`: a table with src, dst, sport, dport, flow, sender_iface (tcp.data_flows or
+    tcp.flow_summary). Columns: RTT_COLUMNS (role: `flow_role`)."""
+    if tcp_df is None or tcp_df.empty:
+        return pd.DataFrame(columns=RTT_COLUMNS)
+    flows = tcp.data_flows(tcp_df) if flows is None else flows
+    roles = host_roles(manifest)
+    parts = []
+    for f in flows.itertuples(index=False):
+        key = (f.src, f.dst, f.sport, f.dport)
+        fwd, rev = tcp._flow_packets(tcp_df, key, f.sender_iface)
+        s = flow_rtt(fwd, rev)
+        if len(s):
+            parts.append(s.assign(flow=f.flow, role=flow_role(f.src, f.dst, fabric, roles),
+                                  src=f.src, dst=f.dst, sport=f.sport, dport=f.dport,
+                                  iface=str(f.sender_iface)))
+    if not parts:
+        return pd.DataFrame(columns=RTT_COLUMNS)
+    return pd.concat(parts, ignore_index=True)[RTT_COLUMNS]
+
+
+# ---------------------------------------------------------------- queues
+
+def queue_delay(queues_d: pd.DataFrame, fabric) -> pd.DataFrame:
+    """Queueing delay of every sampled switch port at every sample.
+
+    `queues_d`: queues.csv with per-sample increases (queues.queue_deltas). Ports the
+    fabric map does not know (no rate) are left out. Columns: QDELAY_COLUMNS: delay_s =
+    backlog_bytes x 8 / rate; weight = packets the port sent since the previous sample
+    (bytes / 1514 where the file has no packet counter)."""
+    if queues_d is None or queues_d.empty or fabric is None:
+        return pd.DataFrame(columns=QDELAY_COLUMNS)
+    rate, kind = {}, {}
+    for iface in queues_d["iface"].astype(str).unique():
+        e = fabric.link_of_iface(iface)
+        if e is not None and e.bw_mbps and e.bw_mbps > 0:
+            rate[iface], kind[iface] = float(e.bw_mbps), e.kind
+    q = queues_d[queues_d["iface"].astype(str).isin(rate)]
+    ifaces = q["iface"].astype(str)
+    r = ifaces.map(rate).to_numpy(dtype=float)
+    backlog = pd.to_numeric(q["backlog_bytes"], errors="coerce").to_numpy(dtype=float)
+    if "d_sent_pkts" in q and q["d_sent_pkts"].notna().any():
+        w = pd.to_numeric(q["d_sent_pkts"], errors="coerce").fillna(0).to_numpy(dtype=float)
+    else:
+        w = pd.to_numeric(q.get("d_sent_bytes", 0), errors="coerce").fillna(0).to_numpy(
+            dtype=float) / FRAME_MAX_BYTES
+    return pd.DataFrame({"t": q["t"].to_numpy(dtype=float), "iface": ifaces.to_numpy(),
+                         "kind": ifaces.map(kind).to_numpy(), "rate_mbps": r,
+                         "backlog_bytes": backlog, "delay_s": backlog * 8 / (r * 1e6),
+                         "weight": w}, columns=QDELAY_COLUMNS)
+
+
+def queue_delay_bound_s(queue_packets: int, rate_mbps: float) -> float:
+    """The most a full pfifo of `queue_packets` frames of at most 1514 bytes delays a
+    packet at `rate_mbps`: Q x 1514 x 8 / rate (s)."""
+    return queue_packets * FRAME_MAX_BYTES * 8 / (rate_mbps * 1e6)
+
+
+# ---------------------------------------------------------------- sojourn
+
+def sojourns(tcp_df: pd.DataFrame, flows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Data packets seen at their flow's sender-side capture and at another capture
+    point, matched on flow, sequence number, length and IP id; one row per (packet,
+    later capture point). Columns: SOJOURN_COLUMNS (seq: raw, as captured)."""
+    if tcp_df is None or tcp_df.empty:
+        return pd.DataFrame(columns=SOJOURN_COLUMNS)
+    flows = tcp.data_flows(tcp_df) if flows is None else flows
+    if flows.empty:
+        return pd.DataFrame(columns=SOJOURN_COLUMNS)
+    key = [*tcp.FLOW_KEY, "seq", "payload_len", "ip_id"]
+    d = tcp_df.loc[(tcp_df["payload_len"] > 0) & (tcp_df["ip_id"] != 0)
+                   & ((tcp_df["flags"] & SYN) == 0), [*key, "iface", "t"]]
+    d = d.assign(iface=d["iface"].astype(str))
+    fl = flows[[*tcp.FLOW_KEY, "flow", "sender_iface"]].assign(
+        sender_iface=flows["sender_iface"].astype(str))
+    d = d.merge(fl, on=tcp.FLOW_KEY, how="inner")
+    at_sender = d["iface"] == d["sender_iface"]
+    # the first capture of each transmission at each point (a capture duplicate: once)
+    s = d[at_sender].sort_values("t", kind="stable").drop_duplicates(key, keep="first")
+    o = d[~at_sender].sort_values("t", kind="stable").drop_duplicates([*key, "iface"],
+                                                                      keep="first")
+    m = s[[*key, "flow", "iface", "t"]].merge(o[[*key, "iface", "t"]], on=key,
+                                              suffixes=("_s", "_o"))
+    dt = m["t_o"].to_numpy() - m["t_s"].to_numpy()
+    m = m[(dt >= 0) & (dt < MAX_SOJOURN_S)]
+    return pd.DataFrame({"flow": m["flow"].to_numpy(), "from_iface": m["iface_s"].to_numpy(),
+                         "to_iface": m["iface_o"].to_numpy(), "t": m["t_s"].to_numpy(),
+                         "sojourn_s": (m["t_o"] - m["t_s"]).to_numpy(),
+                         "seq": m["seq"].to_numpy(), "len": m["payload_len"].to_numpy()},
+                        columns=SOJOURN_COLUMNS).sort_values("t", kind="stable",
+                                                             ignore_index=True)
+
+
+# ---------------------------------------------------------------- summary
+
+def summary_table(rtt: pd.DataFrame, qdelay: pd.DataFrame, soj: pd.DataFrame,
+                  fabric=None) -> pd.DataFrame:
+    """Percentiles (ms) per group: 'RTT' by flow role (and 'all flows'), 'queue delay'
+    by switch port with any traffic (and 'all ports', packet-weighted), 'sojourn' by
+    pair of capture points. Columns: SUMMARY_COLUMNS."""
+    rows = []
+    if rtt is not None and len(rtt):
+        rows.append({"measure": "RTT", "group": "all flows", **stats_ms(rtt["rtt_s"]),
+                     "note": f"{rtt['flow'].nunique()} flow(s)"})
+        for role, g in rtt.groupby("role", sort=True):
+            rows.append({"measure": "RTT", "group": role, **stats_ms(g["rtt_s"]),
+                         "note": f"{g['flow'].nunique()} flow(s)"})
+    if qdelay is not None and len(qdelay) and qdelay["weight"].sum() > 0:
+        rows.append({"measure": "queue delay", "group": "all ports",
+                     **stats_ms(qdelay["delay_s"], qdelay["weight"]),
+                     "note": "weighted by packets sent"})
+        for iface, g in qdelay.groupby("iface", sort=True):
+            if g["weight"].sum() <= 0:
+                continue
+            e = fabric.link_of_iface(iface) if fabric is not None else None
+            note = f"{g['rate_mbps'].iloc[0]:g} Mbit/s"
+            if e is not None and e.queue_packets:
+                note += (f", {e.queue_packets} packets = "
+                         f"{queue_delay_bound_s(e.queue_packets, e.bw_mbps) * 1e3:.3g} ms "
+                         f"when full; {e.kind} to {e.peer}")
+            rows.append({"measure": "queue delay", "group": iface,
+                         **stats_ms(g["delay_s"], g["weight"]), "note": note})
+    if soj is not None and len(soj):
+        for (a, b), g in soj.groupby(["from_iface", "to_iface"], sort=True):
+            rows.append({"measure": "sojourn", "group": f"{a} → {b}",
+                         **stats_ms(g["sojourn_s"]), "note": f"{g['flow'].nunique()} flow(s)"})
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def analyse(a) -> dict:
+    """The latency tables of an `report.Analysis` (its tcp, flows and queues_d tables,
+    fabric and manifest): {'rtt', 'queue_delay', 'sojourn', 'summary'}."""
+    t = a.tables
+    rtt = rtt_samples(t.get("tcp"), t.get("flows"), a.fabric, a.manifest)
+    qd = queue_delay(t.get("queues_d"), a.fabric)
+    soj = sojourns(t.get("tcp"), t.get("flows"))
+    return {"rtt": rtt, "queue_delay": qd, "sojourn": soj,
+            "summary": summary_table(rtt, qd, soj, a.fabric)}
+
+
+def summary(tables: dict | None) -> dict:
+    """metrics.json's `latency`: the headline percentiles (None: no samples) and the
+    summary table's rows."""
+    tables = tables or {}
+    tab = tables.get("summary")
+    out = {"rtt_p50_ms": None, "rtt_p90_ms": None, "rtt_p99_ms": None, "rtt_samples": 0,
+           "queue_delay_p50_ms": None, "queue_delay_p99_ms": None, "sojourn_p99_ms": None,
+           "groups": []}
+    if tab is None or tab.empty:
+        return out
+    def row(measure, group):
+        r = tab[(tab["measure"] == measure) & (tab["group"] == group)]
+        return r.iloc[0] if len(r) else None
+    r = row("RTT", "all flows")
+    if r is not None:
+        out.update(rtt_p50_ms=r["p50_ms"], rtt_p90_ms=r["p90_ms"], rtt_p99_ms=r["p99_ms"],
+                   rtt_samples=int(r["samples"]))
+    q = row("queue delay", "all ports")
+    if q is not None:
+        out.update(queue_delay_p50_ms=q["p50_ms"], queue_delay_p99_ms=q["p99_ms"])
+    soj = tables.get("sojourn")
+    if soj is not None and len(soj):
+        out["sojourn_p99_ms"] = weighted_quantiles(soj["sojourn_s"], qs=(0.99,))[0] * 1e3
+    out["groups"] = tab.to_dict(orient="records")
+    return out
+
+
+# ---------------------------------------------------------------- the report section
+
+def figure(a, path):
+    """The report's CDF figure (plots.latency_cdf) at `path`, or None without samples;
+    a plotting bug is one of the run's problems, not a lost report."""
+    from pathlib import Path
+
+    path = Path(path)
+    if path.exists():
+        path.unlink()  # never leave a stale figure from an earlier build
+    try:
+        return _figure(a, path)
+    except Exception as exc:  # noqa: BLE001
+        a.problems.append(f"plot latency failed: {exc!r}")
+        return None
+
+
+def _figure(a, path):
+    from . import plots
+
+    lt = a.tables.get("latency") or {}
+    rtt, qd, soj = lt.get("rtt"), lt.get("queue_delay"), lt.get("sojourn")
+    rtt_groups = {role: g["rtt_s"].to_numpy() for role, g in rtt.groupby("role")} \
+        if rtt is not None and len(rtt) else {}
+    q_groups = {}
+    if qd is not None and len(qd):
+        busy = qd.groupby("iface")["weight"].sum().sort_values(ascending=False)
+        for iface in busy[busy > 0].index:
+            g = qd[qd["iface"] == iface]
+            q_groups[str(iface)] = (g["delay_s"].to_numpy(), g["weight"].to_numpy())
+    s_groups = {f"{x} → {y}": g["sojourn_s"].to_numpy()
+                for (x, y), g in soj.groupby(["from_iface", "to_iface"])} \
+        if soj is not None and len(soj) else {}
+    return plots.latency_cdf(rtt_groups, q_groups, s_groups, path)
+
+
+SECTION_TITLE = "Latency under load"
+
+
+def section(a, figs: dict) -> tuple[str, str, str]:
+    """(title, html, markdown) of the report's latency section."""
+    from . import render
+
+    lt = a.tables.get("latency") or {}
+    tab = lt.get("summary")
+    if tab is None or tab.empty:
+        why = "no RTT samples, queue samples or sojourns"
+        if "pcap" in a.missing or "flows" in a.missing:
+            why += f" ({a.missing.get('pcap') or a.missing.get('flows')})"
+        return (SECTION_TITLE, *render.none(why))
+    text = ("RTT: from each flow's sender-side capture, one sample per ACK that covers new "
+            "data, measured from the newest segment it covers; Karn's rule: no sample from "
+            "a retransmitted segment or from an ACK that covers retransmitted bytes. Queue "
+            "delay: backlog bytes × 8 / the port's rate at each queue sample, weighted by "
+            "the packets the port sent. Sojourn: the same packet's time between two capture "
+            "points (matched on flow, sequence number, length and IP id). Times in ms.")
+    shown = tab.assign(**{c: tab[c].round(3) for c in ("p50_ms", "p90_ms", "p99_ms",
+                                                       "max_ms")})
+    th, tm = render.table(a, shown, "latency", keys=2, max_rows=40)
+    full = {"latency_rtt_samples": lt.get("rtt"), "latency_queue_delay": lt.get("queue_delay"),
+            "latency_sojourn": lt.get("sojourn")}
+    links = []
+    for name, df in full.items():
+        link = render.write_table(a, df, name)
+        if link:
+            links.append(f"<a href='{render.esc(link)}'>{render.esc(name)}.csv</a>")
+    more = f"<p>All samples: {', '.join(links)}.</p>" if links else ""
+    return (SECTION_TITLE,
+            f"<p>{render.esc(text)}</p>" + render.img(figs.get("latency"), "latency CDFs")
+            + th + more,
+            text + "\n" + render.md_img(figs, "latency") + tm)
+
+
+def with_section(sections: list, a, figs: dict) -> list:
+    """`sections` with the latency section after 'Retransmissions and RTOs' (before the
+    configuration at the end when there is none); a bug in it becomes a problem and a
+    note, never a lost report."""
+    try:
+        sec = section(a, figs)
+    except Exception as exc:  # noqa: BLE001 - one section's bug must not cost the report
+        a.problems.append(f"the latency section failed ({type(exc).__name__}: {exc})")
+        sec = (SECTION_TITLE, f"<p class='none'>(failed: {exc})</p>", f"_(failed: {exc})_\n")
+    titles = [s[0] for s in sections]
+    at = titles.index("Retransmissions and RTOs") + 1 if "Retransmissions and RTOs" in \
+        titles else max(len(sections) - 1, 0)
+    return [*sections[:at], sec, *sections[at:]]
