@@ -102,6 +102,13 @@ class Job:
         (progress display only)."""
         return int(w.iterations)
 
+    def tolerates_lost_workers(self, w) -> int:
+        """How many of its counting processes (workers) the job can lose mid-run, e.g.
+        killed by a ``worker_kill`` event, and still complete (the runner then waits
+        for the others instead of failing the run). A process that does not count
+        iterations (a PS) is never tolerated. 0 by default: every worker is needed."""
+        return 0
+
     # -- analysis (see incastlab.jobs.analysis for the context object) ----------------
     def bound(self, ctx) -> Any:
         """The lower bound of one iteration on this run's fabric (an
