@@ -45,6 +45,7 @@ class AdaptiveApp(FabricApp):
             for link in placed_links:
                 if link in util:
                     util[link] += share
-        spine = paths.least_loaded_spine(self.fabric, src_leaf, dst_leaf, util)
+        spine = paths.least_loaded_spine(self.fabric, src_leaf, dst_leaf, util,
+                                         self.usable_spines(src_leaf, dst_leaf) or None)
         self.recent.append((now, links[spine], PENDING_SHARE))
         return spine

@@ -16,7 +16,15 @@ rest:
   per-port rates of the last window (records.PortLoad);
 - reactive policies get a packet-in path for new IPv4 flows: both directions are
   installed as exact-match entries on the same spine, and the packet that reached
-  the controller is sent on along that path (packet-out), so none is lost.
+  the controller is sent on along that path (packet-out), so none is lost;
+- failures: a port-status (a port down or up) marks the link behind it dead while
+  either end is down; then every switch loses the flows that output to a dead port,
+  gets its routes over live ports back, and each leaf's routes are recomputed by its
+  policy over ``usable_spines`` (spines whose uplink from the source leaf and
+  downlink to the destination leaf both live); reactive placements over a dead link
+  are forgotten (their next packet is placed again). One failover.csv row per change:
+  when the port-status arrived and when every switch acknowledged the new state
+  (barrier replies): the controller's reaction time.
 
 Threads: os-ken's native hub runs handlers in the app's event thread and hub.spawn
 starts real threads, so state shared with the poller is guarded by a lock.
@@ -73,12 +81,16 @@ class FabricApp(app_manager.OSKenApp):
         self._send_lock = threading.Lock()   # os-ken's set_xid is not atomic
         self._lock = threading.Lock()        # guards _placements (event thread, poller)
         self._placements = {}        # FlowKey -> spine, both directions of placed flows
+        self._down_ports = set()     # (dpid, port) reported down by port-status
+        self._reroutes = {}          # dpid -> [(xid of a reroute's barrier, its row)]
         self.load = records.PortLoad()
         out = self.settings.out_dir
         self.port_log = records.CsvLog(os.path.join(out, "port_stats.csv"),
                                        records.PORT_STATS_FIELDS)
         self.path_log = records.CsvLog(os.path.join(out, "flow_paths.csv"),
                                        records.FLOW_PATHS_FIELDS)
+        self.failover_log = records.CsvLog(os.path.join(out, records.FAILOVER_FILE),
+                                           records.FAILOVER_FIELDS)
 
     # ---- life cycle -------------------------------------------------------------
     def start(self):
@@ -90,6 +102,7 @@ class FabricApp(app_manager.OSKenApp):
         self.is_active = False
         self.port_log.close()
         self.path_log.close()
+        self.failover_log.close()
 
     # ---- hooks for policies -----------------------------------------------------
     def remote_actions(self, dp, leaf: int, host) -> list:
@@ -102,8 +115,39 @@ class FabricApp(app_manager.OSKenApp):
         """Anything a policy installs on a leaf before its routes (e.g. groups)."""
 
     def choose_spine(self, key: paths.FlowKey, src_leaf: int, dst_leaf: int) -> int:
-        """Reactive policies: the spine for a new flow (called once per flow)."""
+        """Reactive policies: the spine for a new flow (called once per flow), one of
+        ``usable_spines(src_leaf, dst_leaf)`` while any is."""
         raise NotImplementedError
+
+    def reroute_leaf(self, dp, leaf: int) -> None:
+        """After a link changed: bring leaf ``leaf``'s routes to other leaves' hosts in
+        line with ``usable_spines``. The default re-adds each route with
+        ``remote_actions`` (an add replaces the entry of the same match and priority);
+        policies with groups override it (ecmp.py)."""
+        parser = dp.ofproto_parser
+        for host in paths.remote_hosts(self.fabric, leaf):
+            self.add_flow(dp, PRIO_REMOTE,
+                          parser.OFPMatch(eth_type=ether_types.ETH_TYPE_IP, ipv4_dst=host.ip),
+                          self.remote_actions(dp, leaf, host))
+
+    # ---- link liveness ------------------------------------------------------------
+    def port_alive(self, dpid: int, port: int) -> bool:
+        """The link behind port ``port`` of switch ``dpid`` carries traffic: neither of
+        its switch ends was reported down."""
+        if (dpid, port) in self._down_ports:
+            return False
+        egress = self.fabric.ports(dpid).get(port)
+        peer = self.fabric.switch_named(egress.peer) if egress else None
+        return peer is None or (peer.dpid, egress.peer_port) not in self._down_ports
+
+    def usable_spines(self, src_leaf: int, dst_leaf: int) -> list[int]:
+        """Spines an inter-leaf flow can cross now: the source leaf's uplink and the
+        destination leaf's uplink to it both alive (spine order)."""
+        return [s for s in paths.spine_indices(self.fabric)
+                if self.port_alive(self.fabric.leaf(src_leaf).dpid,
+                                   paths.uplink_port(self.fabric, src_leaf, s))
+                and self.port_alive(self.fabric.leaf(dst_leaf).dpid,
+                                    paths.uplink_port(self.fabric, dst_leaf, s))]
 
     # ---- helpers ------------------------------------------------------------------
     def send(self, dp, msg) -> None:
@@ -140,6 +184,9 @@ class FabricApp(app_manager.OSKenApp):
             return
         self.datapaths[dp.id] = dp
         self._installed.discard(dp.id)
+        # A port-status sent while it was away is lost: its own reports start afresh
+        # (a link it lost is still dead through its peer's report).
+        self._down_ports = {key for key in self._down_ports if key[0] != dp.id}
         self.logger.info("switch %s (%016x) connected", switch.name, dp.id)
         self.install_proactive(dp, switch)
         barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
@@ -157,7 +204,7 @@ class FabricApp(app_manager.OSKenApp):
         self.send(dp, parser.OFPGroupMod(datapath=dp, command=ofp.OFPGC_DELETE,
                                          group_id=ofp.OFPG_ALL))
         for rule in paths.host_rules(self.fabric):
-            if rule.dpid == dp.id:
+            if rule.dpid == dp.id and self.port_alive(dp.id, rule.out_port):
                 self.add_flow(dp, PRIO_HOST,
                               parser.OFPMatch(eth_type=ether_types.ETH_TYPE_IP,
                                               ipv4_dst=rule.ip_dst),
@@ -176,6 +223,7 @@ class FabricApp(app_manager.OSKenApp):
     @set_ev_cls(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def _barrier_reply(self, ev):
         dp = ev.msg.datapath
+        self._reroute_acked(dp.id, ev.msg.xid)
         if self._barriers.get(dp.id) != ev.msg.xid:
             return
         self._installed.add(dp.id)
@@ -197,6 +245,105 @@ class FabricApp(app_manager.OSKenApp):
             self.logger.warning("switch %016x disconnected", dp.id)
             self.datapaths.pop(dp.id, None)
             self._installed.discard(dp.id)
+            self._reroute_acked(dp.id, None)
+
+    # ---- failures: port status ------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def _port_status(self, ev):
+        t_seen = time.time()
+        msg = ev.msg
+        dp, desc, ofp = msg.datapath, msg.desc, msg.datapath.ofproto
+        egress = self.fabric.ports(dp.id).get(desc.port_no)
+        if egress is None:
+            return  # the LOCAL port, or a port not in the map
+        down = (msg.reason == ofp.OFPPR_DELETE or bool(desc.config & ofp.OFPPC_PORT_DOWN)
+                or bool(desc.state & ofp.OFPPS_LINK_DOWN))
+        key = (dp.id, desc.port_no)
+        if down == (key in self._down_ports):
+            return  # no change (e.g. a speed or a second flag)
+        before = self.port_alive(*key)
+        (self._down_ports.add if down else self._down_ports.discard)(key)
+        self.logger.warning("port %s (%s -> %s) %s", egress.iface, egress.node, egress.peer,
+                            "down" if down else "up")
+        if self.port_alive(*key) == before:
+            return  # the link's other end decides (still down there)
+        self.reroute({"t_seen": f"{t_seen:.6f}", "switch": egress.node,
+                      "port": desc.port_no, "iface": egress.iface, "peer": egress.peer,
+                      "state": "down" if down else "up", "policy": self.POLICY})
+
+    def reroute(self, row: dict) -> None:
+        """Bring every connected switch in line with the live links, then a barrier
+        each; the failover row is written when the last barrier comes back."""
+        dead_keys = set()
+        with self._lock:
+            for key, spine in list(self._placements.items()):
+                src = self.fabric.host_by_ip(key.src_ip)
+                dst = self.fabric.host_by_ip(key.dst_ip)
+                if src and dst and spine not in self.usable_spines(src.leaf, dst.leaf):
+                    dead_keys.add(key)
+                    del self._placements[key]
+        pending = {}
+        for dpid, dp in list(self.datapaths.items()):
+            switch = self.fabric.switch(dpid)
+            parser, ofp = dp.ofproto_parser, dp.ofproto
+            for port in self.fabric.ports(dpid):
+                if not self.port_alive(dpid, port):
+                    # every entry that outputs there: host routes, placed flows, single
+                    self.send(dp, parser.OFPFlowMod(
+                        datapath=dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
+                        out_port=port, out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
+            for rule in paths.host_rules(self.fabric):
+                if rule.dpid == dpid and self.port_alive(dpid, rule.out_port):
+                    self.add_flow(dp, PRIO_HOST,
+                                  parser.OFPMatch(eth_type=ether_types.ETH_TYPE_IP,
+                                                  ipv4_dst=rule.ip_dst),
+                                  [parser.OFPActionOutput(rule.out_port)])
+            if switch.role == "leaf":
+                for key in dead_keys:
+                    src = self.fabric.host_by_ip(key.src_ip)
+                    if src.leaf == switch.index:
+                        self.send(dp, parser.OFPFlowMod(
+                            datapath=dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
+                            out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
+                            match=exact_match(parser, key)))
+                self.reroute_leaf(dp, switch.index)
+            barrier = parser.OFPBarrierRequest(dp)
+            with self._send_lock:
+                dp.set_xid(barrier)
+                dp.send_msg(barrier)
+            pending[dpid] = barrier.xid
+        row = {**row, "switches": len(pending), "flows_moved": len(dead_keys)}
+        with self._lock:
+            row["_waiting"] = set(pending)
+            for dpid, xid in pending.items():
+                self._reroutes.setdefault(dpid, []).append((xid, row))
+        if not pending:
+            self._write_failover(row)
+
+    def _reroute_acked(self, dpid: int, xid: int | None) -> None:
+        """A barrier reply (xid; None: the switch is gone) acknowledges every reroute
+        sent to that switch before it: one connection keeps its messages in order."""
+        done = []
+        with self._lock:
+            entries = self._reroutes.get(dpid, [])
+            if xid is not None and not any(x == xid for x, _ in entries):
+                return
+            acked = [(x, r) for x, r in entries if xid is None or x <= xid]
+            self._reroutes[dpid] = [e for e in entries if e not in acked]
+            for _x, row in acked:
+                row["_waiting"].discard(dpid)
+                if not row["_waiting"]:
+                    done.append(row)
+        for row in done:
+            self._write_failover(row)
+
+    def _write_failover(self, row: dict) -> None:
+        t = time.time()
+        row = {k: v for k, v in row.items() if not k.startswith("_")}
+        row.update(t_installed=f"{t:.6f}", reaction_s=f"{t - float(row['t_seen']):.6f}")
+        self.failover_log.write(row)
+        self.logger.info("rerouted around %s %s in %s s", row["iface"], row["state"],
+                         row["reaction_s"])
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def _error(self, ev):

@@ -107,14 +107,16 @@ def path_links(fabric: FabricMap, src_leaf: int, dst_leaf: int, spine: int
 
 
 def least_loaded_spine(fabric: FabricMap, src_leaf: int, dst_leaf: int,
-                       utilisation: dict[tuple[int, int], float]) -> int:
+                       utilisation: dict[tuple[int, int], float],
+                       spines: list[int] | None = None) -> int:
     """The spine whose uplink + downlink utilisation (fraction of capacity, summed
     over the two links of the path; missing links count 0) is lowest; ties go to the
-    lowest spine index so the choice is deterministic."""
+    lowest spine index so the choice is deterministic. ``spines``: the candidates
+    (default every spine; e.g. only those whose links are up)."""
     def score(spine: int) -> float:
         return sum(utilisation.get(link, 0.0)
                    for link in path_links(fabric, src_leaf, dst_leaf, spine))
-    return min(spine_indices(fabric), key=lambda s: (score(s), s))
+    return min(spines or spine_indices(fabric), key=lambda s: (score(s), s))
 
 
 class RoundRobin:

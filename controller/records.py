@@ -16,6 +16,13 @@ PORT_STATS_FIELDS = ["t", "switch", "port", "peer", "tx_bytes", "rx_bytes",
 FLOW_PATHS_FIELDS = ["t", "src_ip", "dst_ip", "proto", "src_port", "dst_port",
                      "spine", "policy"]
 READY_FILE = "controller_ready.json"
+# One row per change of a link's liveness (controller/base.py, FabricApp.reroute):
+# t_seen = arrival of the port-status (time.time()), t_installed = the last switch's
+# barrier reply after the new flows/groups, reaction_s their difference (seconds);
+# switches = switches updated, flows_moved = reactive placements forgotten.
+FAILOVER_FILE = "failover.csv"
+FAILOVER_FIELDS = ["t_seen", "switch", "port", "iface", "peer", "state", "policy",
+                   "switches", "flows_moved", "t_installed", "reaction_s"]
 
 
 class CsvLog:
