@@ -129,6 +129,12 @@ class PsJob(Job):
                        rank >= shards)
                 for rank, (host, argv) in enumerate(zip(hosts, argvs, strict=True))]
 
+    def tolerates_lost_workers(self, w) -> int:
+        """What the app does with a lost worker (incastlab.apps.ps): sync needs every
+        gradient of every step (0); backup goes on while N - B are left (B); async and
+        SSP go on while one is left (N - 1)."""
+        return {"sync": 0, "backup": w.backup_workers or 0}.get(w.mode, w.workers - 1)
+
     # -- analysis --------------------------------------------------------------------
     def bound(self, a):
         """The sync/async PS bound (analysis.costmodel.ps_bound) on the fabric it ran
