@@ -422,8 +422,9 @@ class EventContext:
         namespaces are the host's). fmap: the :class:`FabricMap` (interfaces, ports,
         DPIDs). run_dir: the run directory. processes: the job's launched processes
         (:class:`Process`: host, rank, role, popen). log: a logger ("incastlab.events").
-        spec: the run's Spec. killed: launch rank -> why, for processes an action ended
-        on purpose (the runner's wait loop reads it).
+        spec: the run's Spec; scene: its :class:`Scene` (placement: a worker's rank ->
+        ``scene.workers[rank]``). killed: launch rank -> why, for processes an action
+        ended on purpose (the runner's wait loop reads it).
     Actions that keep state between apply and undo use ``ctx.store``, a dict per
     event index (``ctx.store_for(event)``).
     """
@@ -436,6 +437,7 @@ class EventContext:
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("incastlab.events"))
     store: dict[int, dict] = field(default_factory=dict)
     spec: Any = None
+    scene: Scene | None = None
     killed: dict[int, str] = field(default_factory=dict)
 
     def on_host(self, host: str) -> list[Process]:

@@ -29,7 +29,7 @@ from incastlab.lock import RunLock
 from incastlab.manifest import Manifest
 from incastlab.preflight import run_preflight
 from incastlab.progress import Progress
-from incastlab.spec import Spec, validate
+from incastlab.spec import Spec, event_scene, validate
 from incastlab.topologies import naming
 from incastlab.topologies.fabricmap import FabricMap
 
@@ -228,6 +228,7 @@ def _start_events(spec, fab, fmap, run_dir: Path, launches, procs):
                 if la.counts_iterations]
     ctx = run_events.EventContext(
         fabric=fab, net=fab.net, fmap=fmap, run_dir=run_dir, spec=spec,
+        scene=event_scene(spec),
         processes=[run_events.Process(la.host, la.rank, la.role, p)
                    for la, p in zip(launches, procs, strict=True)])
     scheduler = run_events.Scheduler(

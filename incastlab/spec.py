@@ -721,12 +721,14 @@ def _point_problems(p: Spec, caps: dict[str, Any], bad: set[str]) -> list[str]:
         return errors + place_errors
     errors += _fabric_problems(p, ok)
     if p.events and ok("events") and not errors:
-        errors += _events.scene_problems(p.events, _scene(p, placed))
+        errors += _events.scene_problems(p.events, event_scene(p, placed))
     return errors
 
 
-def _scene(p: Spec, placed: Placement) -> _events.Scene:
-    """What [[events]] may name on this point's fabric and placement."""
+def event_scene(p: Spec, placed: Placement | None = None) -> _events.Scene:
+    """What [[events]] may name on this (single-valued) spec's fabric and placement."""
+    if placed is None:
+        placed = p.placement()
     leaves, per_leaf = _shape(p)
     spines = p.topology.spines if p.topology.kind == "leafspine" else 0
     try:
