@@ -21,6 +21,7 @@ from pathlib import Path
 from incastlab.capture import counters
 from incastlab.capture.cpu import CpuMonitor
 from incastlab import events as run_events
+from incastlab import hostevents
 from incastlab.capture.pcap import start_captures
 from incastlab.controller.registry import POLICIES
 from incastlab.fabric import DEFAULT_CONTROLLER_PORT, Fabric, Terminated
@@ -34,6 +35,7 @@ from incastlab.topologies import naming
 from incastlab.topologies.fabricmap import FabricMap
 
 MIN_FREE_BYTES = 512 * 2**20     # refuse to start captures below this
+LOST_GRACE_S = 10.0              # after a fatal kill, beyond workload.timeout_s
 LOW_FREE_BYTES = 128 * 2**20     # stop captures when the disk gets this full
 
 
@@ -257,17 +259,30 @@ def _wait_workload(spec, fab, procs, launches, captures, run_dir, deadline, prog
     last_shown = 0.0
     truncated: dict = {}
     steady = False
+    job = job_for(spec.workload.kind)
+    tolerated = job.tolerates_lost_workers(spec.workload)
+    # processes a worker_kill/ps_kill event ended on purpose (launch rank -> which event)
+    killed = scheduler.ctx.killed if scheduler is not None else {}
+    doomed_at = None
+
+    def stderr(launch) -> str:
+        return (log_dir / f"{launch.rank}.stderr").read_text(errors="replace").strip()
+
     while True:
         codes = [p.poll() for p in procs]
-        bad = [(launch, code) for launch, code in zip(launches, codes, strict=True)
-               if code not in (None, 0)]
-        if bad:
-            launch, code = bad[0]
-            err = (log_dir / f"{launch.rank}.stderr").read_text(errors="replace").strip()
-            raise RunFailed("failed", f"{launch.role} rank {launch.rank} on {launch.host} "
-                                      f"exited with status {code}: {err[-300:]}")
-        if all(code == 0 for code in codes):
+        verdict = hostevents.exit_verdict(launches, codes, killed, tolerated, stderr)
+        if verdict is not None:
+            if verdict[0] != "complete":
+                raise RunFailed(*verdict)
             return truncated
+        doomed = hostevents.lost_beyond_tolerance(launches, killed, tolerated) \
+            if killed else None
+        if doomed and doomed_at is None:
+            doomed_at = time.monotonic()
+        if doomed and time.monotonic() - doomed_at > spec.workload.timeout_s + LOST_GRACE_S:
+            # the others should have failed by their own timeout, with a clearer reason
+            raise RunFailed("failed", f"{doomed}; the other processes did not end within "
+                                      f"workload.timeout_s + {LOST_GRACE_S:g} s")
         failed = fab.controller_failed()
         if failed:
             raise RunFailed("failed", failed.splitlines()[0])
@@ -281,7 +296,6 @@ def _wait_workload(spec, fab, procs, launches, captures, run_dir, deadline, prog
             progress.phase("disk nearly full: captures stopped")
             captures.clear()
         if time.monotonic() - last_shown >= 1.0:
-            job = job_for(spec.workload.kind)
             done = {launch.host: _progress_logged(log_dir / f"{launch.rank}.jsonl",
                                                   job.progress_event)
                     for launch in launches if launch.counts_iterations}
