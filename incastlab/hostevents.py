@@ -30,13 +30,12 @@ is created, so ``incastlab clean`` removes it after a crash (:func:`remove_cgrou
 
 Signals go only to the job's own processes, by the pid the runner launched them with
 (each leads its own process group), and only while the runner has not reaped them, so a
-reused pid is never hit. A kill cannot be undone; a pause is undone by SIGCONT. The
-runner asks :func:`killed_processes` which processes an event killed: a lost process
-is not the run's failure by itself; whether the job can go on without it is the job's
-call (``Job.tolerates_lost_workers``), see :func:`exit_verdict`.
-
-:func:`event_effects` gives, per host event, the iteration times of its target and of
-the others before, during and after it (for the report's events section).
+reused pid is never hit. A kill cannot be undone; a pause is undone by SIGCONT. A kill
+names its processes in ``ctx.killed`` (launch rank -> which event) before the signal:
+for the runner, a process lost that way is not the run's failure by itself; whether the
+job can go on without it is the job's call (``Job.tolerates_lost_workers``), see
+:func:`exit_verdict`. The report's iteration times around each event are
+``analysis.eventeffects``.
 """
 from __future__ import annotations
 
@@ -312,7 +311,7 @@ def _check_worker(ev, scene) -> list[str]:
     return []
 
 
-def _check_duration_share(ev) -> list[str]:
+def _check_share(ev) -> list[str]:
     share = ev.get("share")
     if share is None:
         return [f"share: missing; the fraction of one core, from {MIN_SHARE:g} to 1 "
@@ -329,11 +328,24 @@ def _check_duration_share(ev) -> list[str]:
 
 def validate_throttle(ev, scene) -> list[str]:
     job_hosts = [*scene.servers, *scene.workers]
-    return _check_host(ev, scene, job_hosts, "process") + _check_duration_share(ev)
+    return _check_host(ev, scene, job_hosts, "process") + _check_share(ev)
 
 
 def validate_worker(ev, scene) -> list[str]:
     return _check_worker(ev, scene)
+
+
+def validate_pause(ev, scene) -> list[str]:
+    """A worker; and a pause with duration_s shorter than the job's timeout (its peers
+    would give the paused worker up as lost, and a sync PS fail)."""
+    problems = _check_worker(ev, scene)
+    timeout = getattr(getattr(scene, "workload", None), "timeout_s", None)
+    if not problems and ev.duration_s is not None and is_num(timeout) \
+            and ev.duration_s >= timeout:
+        problems.append(f"duration_s: {ev.duration_s:g} s is not below workload.timeout_s "
+                        f"({timeout:g} s): the job would give the paused worker up as lost; "
+                        "pause it for less, or raise workload.timeout_s")
+    return problems
 
 
 def validate_ps_kill(ev, scene) -> list[str]:
@@ -355,12 +367,13 @@ def _target(kind: str, role: str):
 # --- apply and undo ----------------------------------------------------------------------
 
 def _host_of(ctx, ev) -> str:
-    scene = getattr(ctx, "scene", None)
-    host = _target_host(ev, scene) if scene is not None else ev.get("host")
-    if host is None:
-        raise RuntimeError(f"events[{ev.index}]: cannot tell which host worker rank "
-                           f"{ev.get('rank')} is on (no placement in the context)")
-    return host
+    """The event's host, by name or by worker rank (the spec's placement)."""
+    if ev.get("host") is not None:
+        return ev.get("host")
+    placed = ctx.spec.placement()
+    if ev.get("rank") is not None:
+        return placed.workers[ev.get("rank")]
+    return placed.servers[0]  # ps_kill's default (validated: the job has a PS)
 
 
 def _processes(ctx, host: str) -> list:
@@ -400,6 +413,10 @@ def _signal_action(sig: signal.Signals, verb: str):
         host = _host_of(ctx, ev)
         done = []
         for p in _processes(ctx, host):
+            if sig == signal.SIGKILL and _alive(p.popen):
+                # said before it happens: the runner's wait loop must never see the
+                # exit without knowing it was ours
+                ctx.killed[p.rank] = f"events[{ev.index}] ({ev.action} {ev.when})"
             if _signal_group(p.popen, sig):
                 done.append({"rank": p.rank, "role": p.role, "pid": p.popen.pid})
         store = ctx.store_for(ev)
@@ -422,17 +439,6 @@ def undo_pause(ctx, ev) -> dict | None:
         return None
     resumed = [p.rank for p in ctx.on_host(host) if _signal_group(p.popen, signal.SIGCONT)]
     return {"host": host, "resumed": resumed}
-
-
-def killed_processes(ctx, events: Iterable = ()) -> dict[int, str]:
-    """Launch rank -> why it is gone, for every process a kill event ended
-    (``ctx.store``; ``events`` only name them better)."""
-    names = {ev.index: f"events[{ev.index}] ({ev.action} {ev.when})" for ev in events}
-    out: dict[int, str] = {}
-    for index, store in getattr(ctx, "store", {}).items():
-        for p in store.get("killed", []):
-            out[p["rank"]] = names.get(index, f"events[{index}]")
-    return out
 
 
 # --- the runner's verdict ---------------------------------------------------------------
@@ -480,67 +486,6 @@ def exit_verdict(launches: Sequence, codes: Sequence[int | None], killed: Mappin
     return None
 
 
-# --- the report: iteration times around each event -----------------------------------
-
-HOST_ACTIONS = ("cpu_throttle", "worker_kill", "worker_pause", "worker_resume", "ps_kill")
-
-
-def event_windows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per applied host event in events.jsonl rows: index, action, host, start (the
-    apply's wall time t) and end (its undo's t; a worker_resume ends the latest pause
-    of its host; None: a kill, or never undone)."""
-    out: list[dict[str, Any]] = []
-    by_index: dict[int, dict[str, Any]] = {}
-    for row in rows:
-        if row.get("action") not in HOST_ACTIONS or not row.get("ok", True):
-            continue
-        host = (row.get("result") or {}).get("host") or (row.get("params") or {}).get("host")
-        if row.get("kind") == "apply":
-            if row["action"] == "worker_resume":
-                for w in reversed(out):
-                    if w["action"] == "worker_pause" and w["host"] == host \
-                            and w["end"] is None:
-                        w["end"] = row["t"]
-                        break
-                continue
-            item = {"index": row.get("index"), "action": row["action"], "host": host,
-                    "params": row.get("params") or {}, "start": row["t"], "end": None}
-            out.append(item)
-            by_index[row.get("index")] = item
-        elif row.get("kind") == "undo" and row.get("index") in by_index:
-            item = by_index[row["index"]]
-            if item["end"] is None and item["action"] not in ("worker_kill", "ps_kill"):
-                item["end"] = row["t"]
-    return out
-
-
-def event_effects(rows: Iterable[Mapping[str, Any]], iterations) -> list[dict[str, Any]]:
-    """Iteration times around each host event: for its target host and for the other
-    hosts, the mean iteration duration (s) and count before, during and after it.
-
-    An iteration falls in the window holding its midpoint ((t_start + t_end) / 2):
-    before the event's start, during [start, end), after its end. ``iterations`` is
-    the analysis's iterations table (host, t_start, t_end, duration_s)."""
-    out = []
-    for w in event_windows(rows):
-        item = {k: w[k] for k in ("index", "action", "host", "start", "end")}
-        if iterations is None or len(iterations) == 0:
-            out.append(item)
-            continue
-        mid = (iterations["t_start"] + iterations["t_end"]) / 2
-        end = w["end"] if w["end"] is not None else float("inf")
-        phase = {"before": mid < w["start"], "during": (mid >= w["start"]) & (mid < end),
-                 "after": mid >= end}
-        target = iterations["host"] == w["host"]
-        for who, sel in (("target", target), ("others", ~target)):
-            for name, inside in phase.items():
-                d = iterations.loc[sel & inside, "duration_s"]
-                item[f"{who}_{name}_n"] = int(len(d))
-                item[f"{who}_{name}_s"] = float(d.mean()) if len(d) else None
-        out.append(item)
-    return out
-
-
 # --- registration -----------------------------------------------------------------------
 
 FIELDS = {
@@ -564,7 +509,7 @@ def register() -> None:
     register_action("worker_kill", validate_worker, apply_kill, None,
                     fields=FIELDS["worker_kill"], target=_target("killed", "start"),
                     doc="SIGKILL a worker's processes")
-    register_action("worker_pause", validate_worker, apply_pause, undo_pause,
+    register_action("worker_pause", validate_pause, apply_pause, undo_pause,
                     fields=FIELDS["worker_pause"], target=_target("paused", "start"),
                     doc="SIGSTOP a worker (undone by SIGCONT)")
     register_action("worker_resume", validate_worker, apply_resume, None,
