@@ -11,11 +11,11 @@ target's gradient was the last one ready (the straggler, as ``training.steps`` d
 it). An iteration belongs to the phase holding its midpoint ((t_start + t_end) / 2), so
 each one is counted once.
 
-Pure functions of two tables (no run directory access): ``events`` as
-``analysis.failover.events_table`` gives it (one row per applied event: index, action,
-t = the apply's wall time, t_undo = the undo's wall time or NaN, ok, params, and
-optionally result, both dicts) and the analysis's ``iterations`` table (host, rank,
-iteration, t_start, t_end, duration_s, ...).
+Pure functions of two tables (no run directory access): ``events``, a DataFrame or a
+list of dicts, one per applied event (the events.jsonl rows of kind "apply", as
+``analysis.failover`` reads them: index, action, t = the apply's wall time, t_undo =
+its undo's wall time or None/NaN, ok, params and result, both dicts), and the
+analysis's ``iterations`` table (host, rank, iteration, t_start, t_end, compute_s, ...).
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def windows(events: pd.DataFrame) -> list[dict]:
     out: list[dict] = []
     if events is None or not len(events):
         return out
-    rows = events.to_dict("records")
+    rows = events.to_dict("records") if isinstance(events, pd.DataFrame) else list(events)
     for row in sorted(rows, key=lambda r: (_num(r.get("t")) or 0.0)):
         if row.get("ok") is False or _num(row.get("t")) is None:
             continue
