@@ -2,15 +2,20 @@
 
     python -m incastlab.apps.moe --rank R --world-size E --master ADDR:PORT --out DIR
         [--tokens T] [--hidden D] [--top-k K] [--zipf-alpha A] [--capacity-factor C]
-        [--steps S] ...
+        [--routing zipf|learned] [--lr LR] [--balance-coef B] [--steps S] ...
 
 E ranks, one expert each (expert e lives on rank e: a D x D linear layer with seeded
 weights). Every step each rank routes its T tokens (D float32 values each) to experts:
 
-- routing: synthetic, skewed by a Zipf law: expert e is chosen with probability
-  proportional to 1 / (e + 1)^A (A = 0: uniform; expert 0 is the hottest), each token to
-  K distinct experts (sampled without replacement: Gumbel top-k on the log-probabilities,
-  seeded per rank and step);
+- routing `zipf` (default): synthetic, skewed by a Zipf law: expert e is chosen with
+  probability proportional to 1 / (e + 1)^A (A = 0: uniform; expert 0 is the hottest),
+  each token to K distinct experts (sampled without replacement: Gumbel top-k on the
+  log-probabilities, seeded per rank and step);
+- routing `learned`: a real router trained with the experts (apps/moe_learned.py):
+  tokens from E clusters whose popularity follows the same Zipf law, a linear softmax
+  gate replicated on every rank (its gradient all-reduced each step), the experts'
+  outputs weighted by the gate and trained by SGD on a regression task, with the Switch
+  Transformer's load-balancing loss. The skew then comes from what the router learned;
 - capacity (GShard's, per group: this rank's tokens are one group): expert e takes at
   most ceil(C x T x K / E) of this rank's token-expert assignments per step; the rest are
   dropped (counted, not sent). Every assignment is either sent or dropped;
@@ -23,7 +28,10 @@ weights). Every step each rank routes its T tokens (D float32 values each) to ex
   returned row against its own x @ W_e (the weights are seeded by expert, so any rank
   can recompute them): `mismatched` counts rows that differ (must be 0);
 - backward: two more all-to-alls of the same sizes, as a training step's gradients
-  travel (the output gradients to the experts, the input gradients back).
+  travel (the output gradients to the experts, the input gradients back). With
+  `learned` routing these are the real gradients, and each expert updates its weights;
+  the input gradients are what a preceding layer would consume (this model has none).
+  `mismatched` is checked with `zipf` routing only (the experts' weights stay fixed).
 
 Logs per step (event `iteration`): the counts sent to and received from every expert,
 routed / dropped / sent assignments, bytes out and in, each all-to-all's time, the step
@@ -41,8 +49,10 @@ import torch
 import torch.distributed as dist
 
 from . import common
+from . import moe_learned as learned
 
 PROG = "incastlab.apps.moe"
+ROUTINGS = ("zipf", "learned")
 BYTES_PER_VALUE = 4  # float32
 
 
@@ -108,6 +118,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--capacity-factor", type=common.positive_float, default=1.25,
                    help="per-expert capacity ceil(C x tokens x top_k / experts) per rank "
                         "(default: 1.25)")
+    p.add_argument("--routing", choices=ROUTINGS, default="zipf",
+                   help="zipf: synthetic popularity; learned: a trained router on tokens "
+                        "from Zipf-popular clusters (default: zipf)")
+    p.add_argument("--lr", type=common.positive_float, default=0.5,
+                   help="learned routing: SGD rate of the router and the experts "
+                        "(default: 0.5, the spec's workload.lr)")
+    p.add_argument("--balance-coef", type=common.non_negative_float, default=0.1,
+                   help="learned routing: weight of the load-balancing loss (default: 0.1; "
+                        "Switch's 0.01 lets this task's router collapse onto one expert)")
     p.add_argument("--seed", type=int, default=0, help="routing and weights seed (default: 0)")
     return p
 
@@ -138,24 +157,34 @@ def _a2a(out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits:
 
 def run(args: argparse.Namespace, log: common.JsonLog) -> None:
     e_n, d, rank = args.world_size, args.hidden, args.rank
+    trained = args.routing == "learned"
     cap = capacity(args.tokens, e_n, args.top_k, args.capacity_factor)
     log.write("start", role="expert", rank=rank, world_size=e_n, mode="moe",
               param_count=d * d, gradient_bytes=None, t=time.time(),
               **common.host_info(args.iface), tokens=args.tokens, hidden=d,
               token_bytes=d * BYTES_PER_VALUE, top_k=args.top_k, zipf_alpha=args.zipf_alpha,
-              capacity_factor=args.capacity_factor, capacity=cap,
+              capacity_factor=args.capacity_factor, capacity=cap, routing=args.routing,
+              router_bytes=d * e_n * BYTES_PER_VALUE if trained else 0,
               options=common.options(args))
     t0 = time.time()
     common.init_gloo(args)
     log.write("ready", t=time.time(), init_s=time.time() - t0, bytes_recv=0)
     weights = {e: expert_weights(e, d, args.seed) for e in range(e_n)}
-    mine = weights[rank]
+    mine = weights[rank].clone()
+    if trained:
+        centres, teachers = learned.task(e_n, d, args.seed)
+        popularity = zipf_probs(e_n, args.zipf_alpha)
+        router = learned.router_init(d, e_n, args.seed).requires_grad_()
     for step in range(args.steps):
         t_start = time.time()
         gen = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 4099 + rank)
-        x = torch.randn((args.tokens, d), generator=gen)
-        plan = dispatch_plan(route(args.tokens, e_n, args.top_k, args.zipf_alpha, gen), e_n,
-                             cap)
+        if trained:
+            x, target, _ = learned.batch(centres, teachers, args.tokens, popularity, gen)
+            probs, choice = learned.route(x, router, args.top_k)
+        else:
+            x = torch.randn((args.tokens, d), generator=gen)
+            choice = route(args.tokens, e_n, args.top_k, args.zipf_alpha, gen)
+        plan = dispatch_plan(choice, e_n, cap)
         send_counts = torch.tensor(plan["sent_counts"], dtype=torch.int64)
         recv_counts = torch.empty(e_n, dtype=torch.int64)
         t_counts = _a2a(recv_counts, send_counts, [1] * e_n, [1] * e_n, args.timeout,
@@ -174,26 +203,50 @@ def run(args: argparse.Namespace, log: common.JsonLog) -> None:
         back = torch.empty((len(order), d))
         t_combine = _a2a(back.view(-1), y.contiguous().view(-1), rows_out, rows_in,
                          args.timeout, f"step {step}: combine all-to-all")
+        losses = {}
+        if trained:  # the gradient of this rank's loss by each returned row and the router
+            rows = back.clone().requires_grad_()
+            mse, balance = learned.rank_loss(x, target, probs, choice, plan["sent"],
+                                             list(torch.split(rows, plan["sent_counts"])),
+                                             args.balance_coef)
+            (mse + balance).backward()
+            grad_rows = rows.grad
+            losses = {"loss": float(mse.detach()), "balance_loss": float(balance.detach())}
+        else:
+            grad_rows = back
         # backward: output gradients to the experts, input gradients back (same sizes)
         g_in = torch.empty_like(in_rows)
-        t_bwd1 = _a2a(g_in.view(-1), back.contiguous().view(-1), rows_in, rows_out,
+        t_bwd1 = _a2a(g_in.view(-1), grad_rows.contiguous().view(-1), rows_in, rows_out,
                       args.timeout, f"step {step}: backward dispatch all-to-all")
         g_back = torch.empty_like(back)
         t_bwd2 = _a2a(g_back.view(-1), (g_in @ mine.T).contiguous().view(-1), rows_out,
                       rows_in, args.timeout, f"step {step}: backward combine all-to-all")
+        t_router = 0.0
+        if trained:  # the loss is the mean over ranks: mean the router's gradients
+            tr = time.time()
+            grad_router = router.grad
+            common.wait(dist.all_reduce(grad_router, async_op=True), args.timeout,
+                        f"step {step}: router gradient all-reduce")
+            t_router = time.time() - tr
+            with torch.no_grad():
+                router -= args.lr * grad_router / e_n
+                mine -= args.lr * (in_rows.T @ g_in) / e_n
+            router.grad = None
         t_end = time.time()
-        # every row that came back is its expert's output for the token sent
-        expect = torch.cat([x[plan["sent"][e]] @ weights[e] for e in range(e_n)
-                            if plan["sent"][e]]) if order else torch.empty((0, d))
-        mismatched = int((~torch.isclose(back, expect, rtol=1e-5, atol=1e-5).all(dim=1))
-                         .sum()) if order else 0
+        mismatched = None
+        if not trained:  # every row that came back is its expert's output for the token
+            expect = torch.cat([x[plan["sent"][e]] @ weights[e] for e in range(e_n)
+                                if plan["sent"][e]]) if order else torch.empty((0, d))
+            mismatched = int((~torch.isclose(back, expect, rtol=1e-5, atol=1e-5).all(dim=1))
+                             .sum()) if order else 0
         payload_out = sum(c for e, c in enumerate(plan["sent_counts"]) if e != rank) \
             * d * BYTES_PER_VALUE
         payload_in = sum(c for e, c in enumerate(recv) if e != rank) * d * BYTES_PER_VALUE
-        comm = t_counts + t_dispatch + t_combine + t_bwd1 + t_bwd2
+        comm = t_counts + t_dispatch + t_combine + t_bwd1 + t_bwd2 + t_router
         log.write("iteration", iteration=step, t_start=t_start, t_end=t_end,
                   compute_s=compute_s, comm_s=comm, wait_s=None,
                   alltoall_s=[t_dispatch, t_combine, t_bwd1, t_bwd2], counts_s=t_counts,
+                  router_allreduce_s=t_router if trained else None,
                   routed=plan["routed"], sent_counts=plan["sent_counts"],
                   dropped=plan["dropped"], recv_counts=recv,
                   tokens_routed=sum(plan["routed"]), tokens_sent=sum(plan["sent_counts"]),
@@ -201,7 +254,8 @@ def run(args: argparse.Namespace, log: common.JsonLog) -> None:
                   # each pass moves these both ways twice (forward and backward)
                   dispatch_bytes_out=payload_out, dispatch_bytes_in=payload_in,
                   bytes_sent=2 * (payload_out + payload_in),
-                  bytes_recv=2 * (payload_in + payload_out), mismatched=mismatched)
+                  bytes_recv=2 * (payload_in + payload_out), mismatched=mismatched,
+                  **losses)
     common.finish_gloo(args.timeout)
     log.write("final", t=time.time(), iterations=args.steps)
 

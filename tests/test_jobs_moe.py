@@ -71,3 +71,36 @@ def test_bound_and_accounting_of_a_synthetic_run(tmp_path):
     assert head["tokens_dropped"] == int(t["tokens_dropped"].sum())
     # skew: expert 0 received 2000 tokens a step, the mean expert 2500 / 3
     assert head["expert_skew"] == pytest.approx(2000 / (2500 / 3))
+
+
+def test_learned_routing_reaches_the_app_and_a_bad_value_is_refused():
+    spec = load_spec(None, BASE + ["workload.experts=3", "workload.routing=learned",
+                                   "workload.lr=0.5", "workload.balance_coef=0.02"])
+    for launch in jobs.job_for("moe").launches(spec, IPS, "/tmp/w"):
+        args = moe_app.parse_args(launch.argv[3:])
+        assert (args.routing, args.lr, args.balance_coef) == ("learned", 0.5, 0.02)
+    with pytest.raises(SpecError) as info:
+        load_spec(None, BASE + ["workload.routing=trained"])
+    assert "workload.routing: 'trained' is not one of zipf, learned" in info.value.errors
+
+
+def test_the_section_reports_the_learned_routers_loss(tmp_path):
+    hosts = ["h1", "h3"]
+    logs = {}
+    for r, h in enumerate(hosts):
+        logs[r] = [{"event": "start", "role": "expert", "rank": r, "world_size": 2,
+                    "mode": "moe", "token_bytes": 1000, "iface": f"{h}-eth0", "t": T0,
+                    "routing": "learned"}]
+        logs[r] += [{"event": "iteration", "iteration": i, "t_start": T0 + 10 * i,
+                     "t_end": T0 + 10 * i + 8.0, "compute_s": 0.01, "comm_s": 7.9,
+                     "wait_s": None, "alltoall_s": [2.0, 2.0, 2.0, 1.9],
+                     "tokens_routed": 10, "tokens_sent": 10, "tokens_dropped": 0,
+                     "tokens_received": 10, "sent_counts": [5, 5], "recv_counts": [5, 5],
+                     "mismatched": None, "loss": [1.5, 0.5, 0.25][i] * (r + 1)}
+                    for i in range(3)]
+    run = make_run_dir(tmp_path / "moe", workers=logs, fabric=demo_fabric(), t0=T0,
+                       spec_text='[workload]\nkind = "moe"\nexperts = 2\n')
+    a = analyse(run)
+    md = "\n".join(s.markdown for s in jobs.job_for("moe").sections(a, {}))
+    # mean over the two hosts: (1.5 + 3) / 2 first, (0.25 + 0.5) / 2 last
+    assert "loss (mean over hosts) 2.25 in the first step, 0.375 in the last" in md

@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass
 
 from incastlab.apps.commands import WORKLOADS as APP_COMMANDS
-from incastlab.fields import int_check, num_check, spec_field
+from incastlab.fields import choice, int_check, num_check, spec_field
 from incastlab.jobs import reporting as rep
 from incastlab.jobs import runview
 from incastlab.jobs.base import Job, Launch, Roles, Section, TrainingFields, endpoints
@@ -36,6 +36,15 @@ class MoeFields:
                                         "moe: an expert takes ceil(C x tokens x top_k / "
                                         "experts) of each host's assignments per step; the "
                                         "rest are dropped", sweep=True)
+    routing: str = spec_field("zipf", choice("zipf", "learned"),
+                              "moe: zipf = synthetic popularity; learned = a router trained "
+                              "with the experts on tokens from zipf_alpha-popular clusters "
+                              "(apps/moe_learned.py)", sweep=True)
+    # learned routing's SGD rate (router and experts): the training jobs' declaration
+    lr: float = copy.copy(TrainingFields.__dataclass_fields__["lr"])
+    balance_coef: float = spec_field(0.1, num_check(0, 100),
+                                     "moe: learned routing's load-balancing loss weight "
+                                     "(Switch Transformer's auxiliary loss)", sweep=True)
     # steps per host: the training jobs' own declaration (one field, shared)
     iterations: int = copy.copy(TrainingFields.__dataclass_fields__["iterations"])
 
@@ -62,6 +71,8 @@ class MoeJob(Job):
         options = {"steps": w.iterations, "tokens": w.tokens, "hidden": w.hidden,
                    "top_k": w.top_k, "zipf_alpha": f"{w.zipf_alpha:g}",
                    "capacity_factor": f"{w.capacity_factor:g}", "seed": spec.run.seed,
+                   "routing": w.routing, "lr": f"{w.lr:g}",
+                   "balance_coef": f"{w.balance_coef:g}",
                    "timeout": f"{w.timeout_s:g}"}
         argvs = APP_COMMANDS["moe"](endpoints(ips, hosts), out_dir, RENDEZVOUS_PORT, options)
         return [Launch(host, argv, rank, "expert", True)
@@ -107,6 +118,10 @@ class MoeJob(Job):
                f"{fmt(skew(t))}; all-to-all time per step, mean over hosts "
                f"{fmt(float(t['alltoall_s'].mean()))} s; returned rows that differ from "
                f"their expert's output: {int(t['mismatched'].sum())}.")
+        if t["loss"].notna().any():  # learned routing: the training it did
+            first, last = (t.groupby("iteration")["loss"].mean().iloc[i] for i in (0, -1))
+            txt += (f" Learned routing: loss (mean over hosts) {fmt(float(first))} in the "
+                    f"first step, {fmt(float(last))} in the last.")
         html = (f"<p>{rep.render.esc(txt)}</p><h3>Tokens each expert received per step "
                 "(mean)</h3>" + rep.render.df_html(per_expert))
         return [Section("Mixture of experts: all-to-all", html,
@@ -122,13 +137,15 @@ def step_table(workers):
     import pandas as pd
 
     cols = ["rank", "iteration", "tokens_routed", "tokens_sent", "tokens_dropped",
-            "tokens_received", "alltoall_s", "mismatched", "sent_counts"]
+            "tokens_received", "alltoall_s", "mismatched", "sent_counts", "loss"]
     if workers is None or workers.empty or "tokens_routed" not in workers:
         return pd.DataFrame(columns=cols)
     it = workers[(workers["event"] == "iteration") & workers["tokens_routed"].notna()].copy()
     starts = workers[workers["event"] == "start"].set_index("file")
     it["rank"] = it["file"].map(starts["rank"]) if "rank" in starts else it.get("rank")
     it["alltoall_s"] = [sum(v) for v in it["alltoall_s"]]
+    if "loss" not in it:  # zipf routing trains nothing
+        it["loss"] = float("nan")
     return it[cols].reset_index(drop=True)
 
 
