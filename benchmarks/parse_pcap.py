@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python benchmarks/parse_pcap.py [--pcap FILE] [--packets 600000]
          [--big 5000000] [--scapy-subset 30000] [--workdir /tmp/incastlab-bench]
+         [--memory-packets 20000000] [--memory-small-packets 3000000]
 
 What it does
   1. Unless --pcap is given, makes a REAL capture: `tcpdump -i lo -s 128 -c N` while
@@ -20,6 +21,16 @@ What it does
   3. Builds a --big packet capture by concatenating the real capture's records over and
      over with timestamps shifted by the capture's span (so the bytes are real traffic,
      but repeated), and parses it with the project parser alone.
+  4. Memory of the analysis (--memory-packets, 0 skips it): builds a run directory of
+     at least that many captured packets from the real capture -- R copies of it, each
+     copy's connections moved to their own addresses (127.r.r.1) and written as two
+     captures, a sender side and a receiver side 50 us later, as a host pair's
+     interfaces would see them -- and runs `incastlab report RUN_DIR` on it in a child
+     process, measuring its peak RSS (os.wait4's ru_maxrss). The same is done on a
+     small run (--memory-small-packets) together with the former all-in-memory TCP
+     analysis (every capture parsed, tcp.combine, tcp.py's tables: what report.py did
+     before analysis/chunked.py), whose bytes per packet give its extrapolation to the
+     big run. The run directories are deleted afterwards unless --keep.
   Prints a table with each parser's rate relative to the project parser and ends with
   one JSON line of all figures. Timings are measured, never asserted.
 """
@@ -236,6 +247,116 @@ def make_big(src: Path, dst: Path, packets: int) -> dict:
     return {"packets": written, "copies": copies, "source_packets": n}
 
 
+ALL_IN_MEMORY = """
+    import sys, time, json, resource
+    from pathlib import Path
+    from incastlab.analysis import tcp
+    from incastlab.analysis.pcap import read_pcaps
+    t = time.perf_counter()
+    d = tcp.combine(read_pcaps(Path(sys.argv[1]) / "pcap"))
+    flows = tcp.data_flows(d)
+    retrans, eps = tcp.retransmissions(d, flows)
+    lost = tcp.losses(d, flows)
+    spurious = tcp.spurious_retransmissions(d, retrans, flows)
+    fsum = tcp.flow_summary(d, flows, retrans)
+    tput = tcp.throughput_series(d, flows)
+    print(json.dumps({"packets": len(d), "seconds": time.perf_counter() - t,
+                      "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+# the same imports and nothing else: the interpreter's own share of a peak RSS
+IMPORTS_ONLY = """
+    import json, resource
+    from incastlab.analysis import report, tcp
+    print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def make_run(src: Path, run_dir: Path, packets: int) -> dict:
+    """A run directory of >= `packets` captured packets from the records of `src` (see
+    step 4 of the module text): pcap/r{i}a-eth0.pcap and pcap/r{i}b-eth0.pcap per copy."""
+    import numpy as np
+    from incastlab.analysis.pcap import LINKTYPE_ETHERNET, record_offsets
+    data = src.read_bytes()
+    offs, info = record_offsets(data)
+    if info["linktype"] != LINKTYPE_ETHERNET:
+        sys.exit("the memory benchmark needs an Ethernet capture (tcpdump -i lo gives one)")
+    endian = info["endian"] + "u4"
+    body = np.frombuffer(data, np.uint8).copy()
+    h4 = np.ndarray((len(body) - 3,), dtype=endian, buffer=body, strides=(1,))
+    b2 = np.ndarray((len(body) - 1,), dtype=">u2", buffer=body, strides=(1,))
+    cap = h4[offs + 8]
+    ip = offs[(cap >= 34) & (b2[np.minimum(offs + 28, len(b2) - 1)] == 0x0800)] + 30
+    n = len(offs)
+    copies = -(-packets // (2 * n))
+    (run_dir / "pcap").mkdir(parents=True, exist_ok=True)
+    end = int(offs[-1] + 16 + cap[-1])
+    for r in range(copies):
+        for addr in (ip + 12, ip + 16):  # src, dst: second and third octet = copy + 1
+            body[addr + 1], body[addr + 2] = (r + 1) >> 8, (r + 1) & 255
+        (run_dir / "pcap" / f"r{r}a-eth0.pcap").write_bytes(body[:end].tobytes())
+        shifted = body[:end].copy()
+        s4 = np.ndarray((len(shifted) - 3,), dtype=endian, buffer=shifted, strides=(1,))
+        frac = s4[offs + 4].astype(np.int64) + (50_000 if info["nano"] else 50)
+        unit = 10**9 if info["nano"] else 10**6
+        s4[offs] += (frac >= unit).astype(np.uint32)
+        s4[offs + 4] = frac % unit
+        (run_dir / "pcap" / f"r{r}b-eth0.pcap").write_bytes(shifted.tobytes())
+    (run_dir / "manifest.json").write_text(json.dumps({"format_version": 1,
+                                                       "status": "complete"}))
+    return {"packets": 2 * n * copies, "captures": 2 * copies,
+            "bytes": sum(p.stat().st_size for p in (run_dir / "pcap").glob("*.pcap"))}
+
+
+def _peak(cmd: list[str]) -> dict:
+    """Run `cmd`; its wall time and peak RSS (its own rusage, os.wait4)."""
+    t = time.perf_counter()
+    with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
+        p = subprocess.Popen(cmd, stdout=fo, stderr=fe)
+        _, status, usage = os.wait4(p.pid, 0)  # this child's own peak, not the others'
+        p.returncode = os.waitstatus_to_exitcode(status)
+        fo.seek(0)
+        fe.seek(0)
+        out, err = fo.read(), fe.read()
+    r = {"seconds": time.perf_counter() - t, "returncode": p.returncode,
+         "maxrss_kb": usage.ru_maxrss}
+    if r["returncode"] != 0:
+        r["error"] = (err.decode(errors="replace").strip().splitlines() or ["failed"])[-1]
+    lines = out.decode(errors="replace").strip().splitlines()
+    if lines and lines[-1].startswith("{"):
+        r.update(json.loads(lines[-1]))
+    return r
+
+
+def memory_benchmark(src: Path, workdir: Path, packets: int, small: int, keep: bool) -> dict:
+    """Peak RSS of `incastlab report` on a run of >= `packets` packets, and of the new
+    and the former all-in-memory analysis on one of >= `small` packets (step 4)."""
+    cli = str(Path(sys.executable).with_name("incastlab"))
+    out = {}
+    for name, n in (("small", small), ("big", packets)):
+        run_dir = workdir / f"memory-{name}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        try:
+            out[name] = {"run": make_run(src, run_dir, n)}
+            out[name]["report"] = _peak([cli, "report", str(run_dir)])
+            if name == "small":  # after the report: the captures' Parquet caches exist
+                code = textwrap.dedent(ALL_IN_MEMORY)
+                out[name]["all_in_memory_tcp"] = _peak([sys.executable, "-c", code,
+                                                        str(run_dir)])
+        finally:
+            if not keep:
+                shutil.rmtree(run_dir, ignore_errors=True)
+    old = out["small"].get("all_in_memory_tcp", {})
+    base = _peak([sys.executable, "-c", textwrap.dedent(IMPORTS_ONLY)])
+    out["imports_only_maxrss_kb"] = base["maxrss_kb"]
+    if "maxrss_kb" in old:
+        per_packet = (old["maxrss_kb"] - base["maxrss_kb"]) * 1024 / out["small"]["run"][
+            "packets"]
+        out["all_in_memory_bytes_per_packet"] = per_packet
+        out["all_in_memory_big_extrapolated_gb"] = (
+            per_packet * out["big"]["run"]["packets"] + base["maxrss_kb"] * 1024) / 1e9
+    return out
+
+
 def run_parser(name: str, pcap: Path, limit: int, repeat: int = 1) -> dict:
     """Best of `repeat` fresh subprocesses (by CPU time); each prints one JSON line."""
     code = textwrap.dedent(PARSERS[name])
@@ -266,6 +387,10 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the captures")
     ap.add_argument("--repeat", type=int, default=3,
                     help="fresh runs of the project parser (best by CPU time is kept)")
+    ap.add_argument("--memory-packets", type=int, default=20_000_000,
+                    help="packets in the run whose report's peak memory is measured (0: skip)")
+    ap.add_argument("--memory-small-packets", type=int, default=3_000_000,
+                    help="packets in the run on which the all-in-memory analysis is measured")
     args = ap.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     made = {}
@@ -291,6 +416,9 @@ def main(argv=None) -> int:
         r = results["project_big"]
         r["file_bytes"] = big.stat().st_size
         r.update(info)
+    if args.memory_packets:
+        results["memory"] = memory_benchmark(pcap, args.workdir, args.memory_packets,
+                                             args.memory_small_packets, args.keep)
     pcap_bytes = pcap.stat().st_size
     if not args.keep:
         big.unlink(missing_ok=True)
@@ -308,6 +436,8 @@ def main(argv=None) -> int:
     print(f"{'parser':<12}{'packets':>10}{'wall s':>9}{'CPU s':>9}{'pkt/s wall':>13}"
           f"{'pkt/s CPU':>13}{'peak RSS MB':>13}{'CPU speed vs project':>22}")
     for name, r in results.items():
+        if name == "memory":
+            continue
         if "error" in r:
             print(f"{name:<12} error: {r['error']}")
             continue
@@ -317,6 +447,25 @@ def main(argv=None) -> int:
         print(f"{name:<12}{r['packets']:>10}{r['seconds']:>9.2f}{r['cpu_seconds']:>9.2f}"
               f"{r['rate_pps']:>13,.0f}{r['cpu_rate_pps']:>13,.0f}"
               f"{r['maxrss_kb'] / 1024:>13.0f}{ratio:>21.4f}x{note}")
+    mem = results.get("memory")
+    if mem:
+        print(f"{'analysis memory':<28}{'packets':>12}{'captures':>10}{'wall s':>9}"
+              f"{'peak RSS MB':>13}")
+        for name in ("small", "big"):
+            run = mem[name]["run"]
+            for what in ("report", "all_in_memory_tcp"):
+                r = mem[name].get(what)
+                if r is None:
+                    continue
+                label = ("incastlab report" if what == "report" else "all-in-memory TCP")
+                print(f"{label + ' (' + name + ')':<28}{run['packets']:>12}{run['captures']:>10}"
+                      f"{r['seconds']:>9.1f}{r['maxrss_kb'] / 1024:>13.0f}"
+                      + (f"  error: {r['error']}" if "error" in r else ""))
+        if "all_in_memory_big_extrapolated_gb" in mem:
+            print(f"all-in-memory: {mem['all_in_memory_bytes_per_packet']:.0f} bytes/packet "
+                  f"above the imports' {mem['imports_only_maxrss_kb'] / 1024:.0f} MB -> "
+                  f"{mem['all_in_memory_big_extrapolated_gb']:.1f} GB for the big run "
+                  "(extrapolated)")
     print(json.dumps({"capture": {"path": str(pcap), "packets": total, "bytes": pcap_bytes,
                                   **made},
                       "loadavg_before": load_before[0], "loadavg_after": os.getloadavg()[0],
