@@ -322,12 +322,18 @@ def _rank_order(stem: str):
     return (0, int(stem), "") if stem.isdigit() else (1, 0, stem)
 
 
-def check_counters(run_dir, fabric) -> list[Input]:
-    """counters/<host>.before.json and .after.json for every host of the fabric map
-    (or every host with a file, without one)."""
+def check_counters(run_dir, fabric, manifest: dict | None = None) -> list[Input]:
+    """counters/<host>.before.json and .after.json for every host that ran a process of
+    the workload (the manifest's `processes`; only their TCP is counted) and every host
+    with a counters file; without either, every host of the fabric map."""
     cdir = Path(run_dir) / "counters"
-    hosts = [h.name for h in fabric.hosts] if fabric is not None else sorted(
-        {p.name.split(".")[0] for p in cdir.glob("*.json")} if cdir.is_dir() else set())
+    procs = (manifest or {}).get("processes")
+    ran = [str(p["host"]) for p in procs if isinstance(p, dict) and p.get("host")] \
+        if isinstance(procs, list) else []
+    filed = sorted({p.name.split(".")[0] for p in cdir.glob("*.json")}) \
+        if cdir.is_dir() else []
+    hosts = list(dict.fromkeys(ran + filed)) or (
+        [h.name for h in fabric.hosts] if fabric is not None else [])
     if not hosts:
         return [Input("counters/*.json", "counters", MISSING, "no kernel counters")]
     out = []
@@ -376,7 +382,7 @@ def inventory(run_dir, *, manifest: dict, spec: dict, fabric, queues, workers,
     items.append(check_queues(run_dir, queues, errors.get("queues"), manifest, spec, fabric,
                               data_end(workers, pcaps)))
     items += check_workers(run_dir, workers, errors.get("workers"), manifest)
-    items += check_counters(run_dir, fabric)
+    items += check_counters(run_dir, fabric, manifest)
     items.append(check_csv(run_dir, "port_stats.csv", "port_stats", port_stats,
                            errors.get("port_stats"), False))
     items.append(check_csv(run_dir, "flow_paths.csv", "flow_paths", flow_paths,

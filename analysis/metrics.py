@@ -87,6 +87,7 @@ class Metric:
     cli: bool = False
     plot: bool = False
     compare: bool = True
+    floor: bool = False  # a count: from an input truncated at t, a lower bound (inputs.py)
 
     def applies(self, kind: str | None) -> bool:
         """Whether a run of job `kind` measures this metric (unknown kind: yes).
@@ -235,7 +236,8 @@ HEADLINE: list[Metric] = [
            "Packets a full switch egress queue refused, as Linux's qdisc counted them "
            "(sum over switch ports). On OVS's userspace datapath this counts refusals, "
            "0-2 per lost packet: read it beside the capture losses.",
-           lambda a: _get(a, "reconciliation", "tc_drops"), ("queues",), cli=True),
+           lambda a: _get(a, "reconciliation", "tc_drops"), ("queues",), cli=True,
+           floor=True),
     Metric("capture_losses", "losses seen in captures", "packets",
            "Packets the sender-side capture holds and the receiver-side capture never saw: "
            "packets really lost inside the network.",
@@ -280,7 +282,8 @@ HEADLINE: list[Metric] = [
            "Bytes on the busiest leaf-spine link direction over the mean of all of them (up "
            "and down, idle ones included): 1.0 = every link carried the same; traffic in "
            "one direction only makes at least 2.",
-           lambda a: _get(a, "balance", "max_mean_all"), ("fabric",), _balance_note),
+           lambda a: _get(a, "balance", "max_mean_all"), ("fabric", "queues"),
+           _balance_note),
     Metric("staleness_mean", "mean gradient staleness", "versions",
            "Parameter server: how many model versions old a gradient was when it was "
            "applied (0 in synchronous training).",
@@ -461,8 +464,10 @@ def evaluate(a, kind: str | None = None) -> list[Reading]:
     out = []
     for m in all_metrics():
         gone = [k for k in m.inputs if k in a.missing]
-        if gone:
-            out.append(Reading(m, None, "; ".join(a.missing[k] for k in gone)))
+        if gone:  # never a number from a missing or damaged input; a count's floor at most
+            from .inputs import at_least
+            out.append(Reading(m, None, "; ".join(a.missing[k] for k in gone)
+                               + at_least(a, m, gone)))
             continue
         try:
             value = _number(m.compute(a))

@@ -21,6 +21,7 @@ from incastlab.topologies.fabricmap import FabricMap
 
 from . import episodes as ep
 from . import findings as fnd
+from . import inputs as inp
 from . import flowroles as fr
 from . import interactive
 from . import jobcost
@@ -31,7 +32,6 @@ from . import queues as qmod
 from . import reconcile as rec
 from . import rundir, tcp, training
 from . import trace as tr
-from .pcap import PcapError, read_pcap
 
 REPORT_FILES = ("metrics.json", "summary.md", "report.html", "trace.json")
 
@@ -51,6 +51,7 @@ class Analysis:
     metrics: dict = field(default_factory=dict)
     missing: dict = field(default_factory=dict)   # section -> why it is empty
     problems: list = field(default_factory=list)  # warnings worth showing at the top
+    inputs: inp.Inventory | None = None  # every input file and its state (inputs.py)
     out_dir: Path | None = None  # where build_report writes (full tables go to tables/)
 
 
@@ -105,13 +106,14 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"no run directory at {run_dir}")
-    broken = []
+    broken, errors = [], {}
 
     def load(fn, empty):
         """A damaged file is reported and treated as missing, never fatal."""
         try:
             return fn(run_dir)
         except (ValueError, KeyError, TypeError, OSError, pd.errors.ParserError) as exc:
+            errors[fn.__name__.removeprefix('load_')] = str(exc)
             broken.append(f"{fn.__name__.removeprefix('load_')}: unreadable ({exc}); "
                           "treated as missing")
             return empty() if callable(empty) else empty
@@ -159,10 +161,7 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
                     lambda: pd.DataFrame(columns=["host", "counter", "before", "after",
                                                   "delta"]))
     workers = load(rundir.load_workers, lambda: pd.DataFrame({"event": []}))
-    problems += broken
-    if workers.attrs.get("bad_lines"):
-        problems.append(f"{workers.attrs['bad_lines']} unreadable line(s) in workers/*.jsonl "
-                        "were skipped.")
+    problems += broken  # bad lines of any file: the inventory's problems (inputs.py)
     if queues.empty:
         missing["queues"] = "no queues.csv (or it is empty)"
     if counters.empty:
@@ -170,22 +169,8 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
     if workers.empty:
         missing["workers"] = "no workers/*.jsonl"
 
-    # captures
-    pcaps = {}
-    pdir = run_dir / "pcap"
-    for p in sorted(pdir.glob("*.pcap")) if pdir.is_dir() else []:
-        try:
-            df = read_pcap(p, cache=cache)
-        except PcapError as exc:
-            problems.append(f"capture {p.name} unreadable: {exc}")
-            continue
-        except Exception as exc:  # noqa: BLE001 - one bad file must not cost the report
-            problems.append(f"capture {p.name} unreadable ({type(exc).__name__}: {exc})")
-            continue
-        if df.attrs.get("partial"):
-            problems.append(f"capture {p.name} is partial ({df.attrs.get('reason')}; "
-                            f"{df.attrs.get('bytes_skipped')} bytes skipped)")
-        pcaps[p.stem] = df
+    # captures: parsed, each with its state against the manifest's list (inputs.py)
+    pcaps, capture_inputs = inp.read_captures(run_dir, manifest, spec, cache)
     if not pcaps:
         missing["pcap"] = "no readable captures in pcap/"
     def guard(what, fn, fallback):
@@ -270,8 +255,17 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
     t0, t1, note = _time_range(manifest, queues, tcp_df, workers)
     if note:
         problems.append(note)
+    # every input's state; a damaged one makes the metrics that need it n/a (inputs.py)
+    inventory = inp.inventory(run_dir, manifest=manifest, spec=spec, fabric=fabric,
+                              queues=None if "queues" in errors else queues,
+                              workers=workers, capture_inputs=capture_inputs, pcaps=pcaps,
+                              errors=errors, port_stats=port_stats, flow_paths=flow_paths,
+                              t0=t0)
+    for group, why in inventory.missing().items():
+        missing.setdefault(group, why)  # an input absent as a whole already says so
+    problems += inventory.problems()
     a = Analysis(run_dir, manifest, spec, fabric, status, reason, t0, t1,
-                 missing=missing, problems=problems)
+                 missing=missing, problems=problems, inputs=inventory)
     a.tables = {"queues_d": qd, "queue_summary": qsum, "flows": fsum, "throughput": tput,
                 "retrans": retrans, "recovery_episodes": rec_eps, "losses": attributed,
                 "balance": balance, "utilisation": util, "episodes": episodes,
@@ -318,6 +312,7 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
         "cost": cost,
         "flows": int(len(fsum)), "captures": a.tables["pcaps"],
         "missing": missing, "problems": problems,
+        "analysis": inventory.to_json(),
     })
     # latency under load (latency.py): RTT samples, queueing delay, sojourn
     a.tables["latency"] = guard("latency under load", lambda: lat.analyse(a), dict)
@@ -325,9 +320,39 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
     readings = mt.evaluate(a, kind)
     a.metrics["headline"] = _jsonable(mt.headline(readings))
     a.metrics["headline_na"] = mt.not_available(readings)
+    a.problems += _na_problems(readings, missing)
+    _withhold(a, inventory.missing())  # before the findings, which read these numbers
     a.metrics["findings"] = _findings(a)
     a.metrics["problems"] = list(a.problems)
     return a
+
+
+def _withhold(a: Analysis, damaged: dict) -> None:
+    """Reconciliation numbers from a damaged input (`damaged`: inputs.py's groups) are
+    not stated as the run's: None in metrics.json (the findings read them), and a note
+    above the reconciliation table, whose columns show what remains."""
+    nums = a.metrics.get("reconciliation") or {}
+    recon = a.tables.get("recon") or {}
+    keys = {"pcap": [k for k in nums if k.startswith("capture_") and k != "capture_drops"],
+            "queues": ["tc_drops"], "counters": ["kernel"]}
+    for group, names in keys.items():
+        if group in damaged:
+            for k in names:
+                nums[k] = {} if k == "kernel" else None
+            recon.setdefault("notes", []).insert(0, (
+                f"{mt.INPUTS.get(group, group)}: {damaged[group]}. The numbers below that "
+                "come from it are what remains, not the run's totals."))
+
+
+def _na_problems(readings, missing: dict) -> list[str]:
+    """One sentence per missing or damaged input naming the metrics it made n/a."""
+    out = []
+    for key, why in missing.items():
+        names = [r.metric.name for r in readings if r.value is None and key in r.metric.inputs]
+        if names:
+            out.append(f"n/a for want of {mt.INPUTS.get(key, key)} ({why}): "
+                       + ", ".join(names) + ".")
+    return out
 
 
 def _received_at_host(flows: pd.DataFrame, fabric) -> pd.Series:
@@ -428,6 +453,9 @@ def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
 
     title = f"incastlab run {a.run_dir.name}"
     md = [f"# {title}\n"]
+    partial = a.inputs.banner() if a.inputs else None
+    if partial:  # one line: the analysis lacks inputs (metrics.json's analysis.inputs)
+        md.insert(0, f"> **{partial}**\n")
     if banner:
         md.insert(0, f"> **{banner}**\n")
     md.append(f"status: {a.status}" + (f" ({a.reason})" if a.reason else "") + "\n")
@@ -443,6 +471,8 @@ def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
     body = []
     if banner:
         body.append(f"<div class='banner' id='status-banner'>{html.escape(banner)}</div>")
+    if partial:
+        body.append(f"<div class='banner' id='partial-banner'>{html.escape(partial)}</div>")
     body.append(f"<h1>{html.escape(title)}</h1><p>status: <b>{html.escape(a.status)}</b>"
                 f"{' — ' + html.escape(a.reason) if a.reason else ''}; "
                 f"duration {render.fmt(a.t1 - a.t0)} s</p>")
