@@ -13,10 +13,10 @@ RTT samples (`rtt_samples`)
     above everything covered before counts as covering the segment that ends at its
     right edge (the receiver has it), as Linux's SACK RTT does.
     Karn's rule, as Linux applies it (tcp_clean_rtx_queue): no sample from an ACK whose
-    newly covered bytes, from the previous cumulative ACK (the previous SACK edge for a
-    SACK-only advance) up to its own edge, include any byte that was transmitted twice:
-    neither a retransmitted segment nor an ACK that could be for a retransmission gives
-    a sample. A packet the capture holds twice with the same IP id is one transmission.
+    cumulative ACK newly covers, from the previous one up to its edge, any byte that was
+    transmitted twice, nor from a SACK edge whose segment was: neither a retransmitted
+    segment nor an ACK that could be for a retransmission gives a sample. A packet the
+    capture holds twice with the same IP id is one transmission.
     Sequence numbers are unwrapped (tcp._unwrap), so a flow crossing 2^32 is one flow.
     The capture sees a host's outgoing packets when its qdisc releases them, so a sample
     is what the wire saw: the path's queues and links both ways, the receiver's stack
@@ -151,10 +151,10 @@ def flow_rtt(fwd: pd.DataFrame, rev: pd.DataFrame) -> pd.DataFrame:
     by_sack = has_sack & (cover > ack_rel)
     ok &= ~by_sack | (o_end[kk] == cover)            # a SACK edge is a segment's end
     ok &= o_t[kk] < at                               # sent before the ACK came back
-    # Karn: the bytes this ACK newly covers, from the previous cumulative ACK (the
-    # previous edge when only the SACK edge moved) and the sampled segment itself
-    lo = np.where(ack_rel > prev_cum, prev_cum, prev_cover)
-    lo = np.minimum(lo, o_rel[kk])
+    # Karn: the bytes a moving cumulative ACK newly covers, from the previous one (the
+    # repaired holes among them); for a SACK edge alone, the sampled segment itself (the
+    # hole below the SACK block is not what this ACK reports)
+    lo = np.where(ack_rel > prev_cum, np.minimum(prev_cum, o_rel[kk]), o_rel[kk])
     j = np.searchsorted(t_lo, cover, "left") - 1      # last doubled range starting below
     doubled = (j >= 0) & (t_hi[np.clip(j, 0, None)] > lo) if len(t_lo) else \
         np.zeros(len(cover), bool)
@@ -188,18 +188,29 @@ def flow_role(src, dst, fabric=None, roles: dict | None = None) -> str:
     return f"{end(src)} → {end(dst)}"
 
 
+def _host_intf(fabric, ip) -> str | None:
+    """The interface of the host with address `ip` (int or dotted), None outside."""
+    host = fabric.host_by_ip(ip_to_str(ip) if not isinstance(ip, str) else ip)
+    return host.intf if host is not None else None
+
+
 def rtt_samples(tcp_df: pd.DataFrame, flows: pd.DataFrame | None = None, fabric=None,
                 manifest: dict | None = None) -> pd.DataFrame:
     """Every flow's RTT samples at its sender-side capture (see the module text).
 
     `flows`: a table with src, dst, sport, dport, flow, sender_iface (tcp.data_flows or
-    tcp.flow_summary). Columns: RTT_COLUMNS (role: `flow_role`)."""
+    tcp.flow_summary). With a `fabric`, only flows whose sender-side capture is the
+    sending host's own interface give samples (a capture further on would time only
+    part of the path); without one, the earliest capture is taken as the sender's.
+    Columns: RTT_COLUMNS (role: `flow_role`)."""
     if tcp_df is None or tcp_df.empty:
         return pd.DataFrame(columns=RTT_COLUMNS)
     flows = tcp.data_flows(tcp_df) if flows is None else flows
     roles = host_roles(manifest)
     parts = []
     for f in flows.itertuples(index=False):
+        if fabric is not None and str(f.sender_iface) != _host_intf(fabric, f.src):
+            continue  # not captured at its sending host: a part of the path only
         key = (f.src, f.dst, f.sport, f.dport)
         fwd, rev = tcp._flow_packets(tcp_df, key, f.sender_iface)
         s = flow_rtt(fwd, rev)
@@ -251,10 +262,14 @@ def queue_delay_bound_s(queue_packets: int, rate_mbps: float) -> float:
 
 # ---------------------------------------------------------------- sojourn
 
-def sojourns(tcp_df: pd.DataFrame, flows: pd.DataFrame | None = None) -> pd.DataFrame:
+def sojourns(tcp_df: pd.DataFrame, flows: pd.DataFrame | None = None,
+             fabric=None) -> pd.DataFrame:
     """Data packets seen at their flow's sender-side capture and at another capture
     point, matched on flow, sequence number, length and IP id; one row per (packet,
-    later capture point). Columns: SOJOURN_COLUMNS (seq: raw, as captured)."""
+    later capture point). With a `fabric`, a copy at a host's interface counts only at
+    the flow's destination host (the switches flood a flow's first packets before its
+    path is set up: those copies reach other hosts and are no sojourn).
+    Columns: SOJOURN_COLUMNS (seq: raw, as captured)."""
     if tcp_df is None or tcp_df.empty:
         return pd.DataFrame(columns=SOJOURN_COLUMNS)
     flows = tcp.data_flows(tcp_df) if flows is None else flows
@@ -275,7 +290,13 @@ def sojourns(tcp_df: pd.DataFrame, flows: pd.DataFrame | None = None) -> pd.Data
     m = s[[*key, "flow", "iface", "t"]].merge(o[[*key, "iface", "t"]], on=key,
                                               suffixes=("_s", "_o"))
     dt = m["t_o"].to_numpy() - m["t_s"].to_numpy()
-    m = m[(dt >= 0) & (dt < MAX_SOJOURN_S)]
+    keep = (dt >= 0) & (dt < MAX_SOJOURN_S)
+    if fabric is not None and len(m):
+        hosts = {h.intf for h in fabric.hosts}
+        dst_intf = m["dst"].map(lambda ip: _host_intf(fabric, ip)).to_numpy()
+        to = m["iface_o"].to_numpy()
+        keep &= ~np.isin(to, list(hosts)) | (to == dst_intf)
+    m = m[keep]
     return pd.DataFrame({"flow": m["flow"].to_numpy(), "from_iface": m["iface_s"].to_numpy(),
                          "to_iface": m["iface_o"].to_numpy(), "t": m["t_s"].to_numpy(),
                          "sojourn_s": (m["t_o"] - m["t_s"]).to_numpy(),
@@ -326,7 +347,7 @@ def analyse(a) -> dict:
     t = a.tables
     rtt = rtt_samples(t.get("tcp"), t.get("flows"), a.fabric, a.manifest)
     qd = queue_delay(t.get("queues_d"), a.fabric)
-    soj = sojourns(t.get("tcp"), t.get("flows"))
+    soj = sojourns(t.get("tcp"), t.get("flows"), a.fabric)
     return {"rtt": rtt, "queue_delay": qd, "sojourn": soj,
             "summary": summary_table(rtt, qd, soj, a.fabric)}
 
