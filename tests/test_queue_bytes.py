@@ -142,3 +142,19 @@ def test_the_spec_takes_a_byte_limit_instead_of_the_packet_limit():
 ])
 def test_spec_refusals_name_the_fields(text, overrides, message):
     assert _errors(text, overrides) == [message]
+
+
+def test_queue_limits_in_bytes_and_as_text():
+    # a packet limit holds at most that many full frames of the map's MTU
+    fmap = LeafSpineTopo(2, 2, 2, queue_packets=20).fabric_map()
+    assert fmap.queue_limit_bytes("lf1-eth1") == 20 * 1514
+    assert fmap.queue_limit_text() == "20 packets"
+    assert fmap.queue_limit_text("lf1-eth1") == "20 packets"
+    jumbo = LeafSpineTopo(2, 2, 2, queue_packets=20, mtu=9000).fabric_map()
+    assert jumbo.queue_limit_bytes("sp1-eth1") == 20 * 9014
+    nbytes = LeafSpineTopo(2, 2, 2, queue_bytes=30_280).fabric_map()
+    assert nbytes.queue_limit_bytes("lf1-eth3") == 30_280
+    assert nbytes.queue_limit_text() == "30,280 bytes"
+    # a host's own interface has no switch queue; an unknown one is not in the map
+    assert nbytes.queue_limit_bytes("h1-eth0") is None
+    assert nbytes.queue_limit_bytes("lf9-eth1") is None

@@ -314,6 +314,25 @@ class FabricMap:
         """'bytes' when the switch queues' limit is queue_bytes, else 'packets'."""
         return "bytes" if self.queue_bytes is not None else "packets"
 
+    def queue_limit_bytes(self, iface: str) -> int | None:
+        """The most bytes the switch egress queue behind ``iface`` can hold: its byte
+        limit, or its packet limit times a full frame at the map's MTU (the largest a
+        pfifo of jumbo frames holds); None for a host's interface or an unknown one.
+        With `Egress.bw_mbps` this bounds the queueing delay a port can add."""
+        e = self.link_of_iface(iface)
+        if e is None or e.queue_unit is None:
+            return None
+        return e.queue_bytes if e.queue_bytes is not None \
+            else e.queue_packets * frame_bytes(self.mtu)
+
+    def queue_limit_text(self, iface: str | None = None) -> str:
+        """The switch queues' limit in the unit configured, for reports: '100 packets'
+        or '30,280 bytes' (of ``iface``'s queue, else the fabric's own setting)."""
+        e = self.link_of_iface(iface) if iface else None
+        packets, nbytes = (e.queue_packets, e.queue_bytes) if e else \
+            (self.queue_packets, self.queue_bytes)
+        return f"{nbytes:,} bytes" if nbytes is not None else f"{packets} packets"
+
     def capacity_mbps(self, dpid: int, port: int) -> float | None:
         """Rate (Mbit/s) of the link behind port ``port`` of switch ``dpid``."""
         sw = self.switch(dpid)

@@ -1,0 +1,49 @@
+"""Root tier for switch buffers in bytes (issue 16 item 2): an incast into a port whose
+queue is a bfifo of ``topology.queue_bytes`` drops once its byte limit is reached, tc's
+drop counter and the captures' losses agree as they do for a packet limit
+(tests/test_analysis_root.py), and the backlog never exceeds the limit."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from incastlab.analysis.report import build_report
+from incastlab.topologies.fabricmap import FabricMap, frame_bytes
+from tests.rootnet import run_complete
+
+pytestmark = pytest.mark.root
+QUEUE_BYTES = 15_140  # ten 1514-byte frames: shallow, as classic-incast's 8 packets
+SENDERS = 8
+# tc against the captures: the same allowance as tests/test_analysis_root.py (FACTOR,
+# SLACK) and for the same reason — on an OVS-userspace port tc counts refused enqueues,
+# which OVS may retry, and a refusal that ends a send batch drops the rest uncounted.
+FACTOR = 2.0
+SLACK = 10
+
+
+def test_a_byte_limited_queue_drops_at_its_limit(tmp_path):
+    run_complete(tmp_path, [
+        "topology.kind=star", "topology.host_bw_mbps=100", f"topology.queue_bytes={QUEUE_BYTES}",
+        "routing.policy=single", "workload.kind=incast", f"workload.senders={SENDERS}",
+        "workload.block_bytes=65536", "workload.rounds=6", "workload.rto_min_ms=1"])
+    fabric = FabricMap.load(tmp_path / "fabric.json")
+    receiver_port = fabric.link_of_iface(fabric.egress_iface("lf1", f"h{SENDERS + 1}"))
+    assert (receiver_port.queue_bytes, receiver_port.queue_packets) == (QUEUE_BYTES, None)
+    q = pd.read_csv(tmp_path / "queues.csv")
+    port = q[q.iface == receiver_port.iface]
+    assert len(port) > 10, "the sampler did not read the bfifo"
+    drops = port["drops"].iloc[-1] - port["drops"].iloc[0]
+    assert drops > 0, "8 x 64 KiB into a 15 kB buffer must overflow it"
+    # a bfifo admits a frame only while backlog + frame <= limit; the brief's "+ one
+    # frame" would allow a queue that lets one frame past the limit: it never needed to
+    assert q["backlog_bytes"].max() <= QUEUE_BYTES, q["backlog_bytes"].max()
+    # and it did fill up to within a frame of the limit (so the limit, not the rate, drops)
+    assert port["backlog_bytes"].max() > QUEUE_BYTES - frame_bytes(1500)
+    build_report(tmp_path)
+    rec = json.loads((tmp_path / "metrics.json").read_text())["reconciliation"]
+    tc, lost = rec["tc_drops"], rec["capture_losses"]
+    assert tc >= drops
+    assert lost / FACTOR - SLACK <= tc <= lost * FACTOR + SLACK, rec
+    assert rec["capture_drops"] == 0, "tcpdump itself lost packets: captures untrustworthy"
