@@ -49,10 +49,14 @@ def queue_summary(queues: pd.DataFrame, fabric: FabricMap | None = None) -> pd.D
     t_first, t_last. peer, kind (fabricmap's Egress.kind: 'host-downlink' leaf -> host,
     'uplink' leaf -> spine, 'spine-downlink' spine -> leaf) and limit_pkts come from the
     fabric map, None without one. Sorted by drops, then max backlog, descending.
+    The backlog in bytes too (tc reports both): max_backlog_bytes, mean_backlog_bytes;
+    limit_bytes is the queue's byte limit (``topology.queue_bytes``) and limit_unit the
+    unit its limit was configured in ('packets' or 'bytes'; None without a map). With a
+    byte limit, limit_pkts is None.
     """
     cols = ["iface", "switch", "port", "peer", "kind", "drops", "sent_bytes", "sent_pkts",
             "max_backlog_pkts", "mean_backlog_pkts", "limit_pkts", "samples", "t_first",
-            "t_last"]
+            "t_last", "max_backlog_bytes", "mean_backlog_bytes", "limit_bytes", "limit_unit"]
     if queues.empty:
         return pd.DataFrame(columns=cols)
     rows = []
@@ -67,7 +71,13 @@ def queue_summary(queues: pd.DataFrame, fabric: FabricMap | None = None) -> pd.D
                      "max_backlog_pkts": float(g["backlog_pkts"].max()),
                      "mean_backlog_pkts": float(g["backlog_pkts"].mean()),
                      "limit_pkts": e.queue_packets if e else None, "samples": len(g),
-                     "t_first": float(g["t"].min()), "t_last": float(g["t"].max())})
+                     "t_first": float(g["t"].min()), "t_last": float(g["t"].max()),
+                     "max_backlog_bytes": float(g["backlog_bytes"].max())
+                     if "backlog_bytes" in g else np.nan,
+                     "mean_backlog_bytes": float(g["backlog_bytes"].mean())
+                     if "backlog_bytes" in g else np.nan,
+                     "limit_bytes": e.queue_bytes if e else None,
+                     "limit_unit": e.queue_unit if e else None})
     return (pd.DataFrame(rows, columns=cols)
             .sort_values(["drops", "max_backlog_pkts"], ascending=False, kind="stable")
             .reset_index(drop=True))

@@ -158,3 +158,22 @@ def test_queue_limits_in_bytes_and_as_text():
     # a host's own interface has no switch queue; an unknown one is not in the map
     assert nbytes.queue_limit_bytes("h1-eth0") is None
     assert nbytes.queue_limit_bytes("lf9-eth1") is None
+
+
+def test_queue_summary_reports_the_backlog_in_both_units_and_the_configured_one():
+    import pandas as pd
+
+    from incastlab.analysis.queues import queue_summary
+
+    fmap = LeafSpineTopo(2, 2, 2, queue_bytes=30_280).fabric_map()
+    rows = [{"t": t, "switch": "lf1", "port": 1, "iface": "lf1-eth1", "backlog_bytes": b,
+             "backlog_pkts": p, "drops": d, "overlimits": 0, "sent_bytes": 0, "sent_pkts": 0,
+             "requeues": 0}
+            for t, b, p, d in [(0.0, 0, 0, 0), (0.01, 30_280, 20, 3), (0.02, 15_140, 10, 5)]]
+    (row,) = queue_summary(pd.DataFrame(rows), fmap).to_dict("records")
+    assert (row["max_backlog_bytes"], row["max_backlog_pkts"]) == (30_280, 20)
+    assert row["mean_backlog_bytes"] == 15_140 and row["drops"] == 5
+    assert (row["limit_bytes"], row["limit_pkts"], row["limit_unit"]) == (30_280, None, "bytes")
+    packets = LeafSpineTopo(2, 2, 2, queue_packets=20).fabric_map()
+    (row,) = queue_summary(pd.DataFrame(rows), packets).to_dict("records")
+    assert (row["limit_bytes"], row["limit_pkts"], row["limit_unit"]) == (None, 20, "packets")
