@@ -8,7 +8,7 @@ Actions (registered with :func:`incastlab.events.register_action`; fields in
     at_s = 5.0
     action = "cpu_throttle"   # host's job processes limited to `share` of one core
     host = "h3"
-    share = 0.2               # 0.01 .. 1 (CFS grants at least 1 ms of a 100 ms period)
+    share = 0.2               # of one core: 0.01 .. 1 (CFS quota 2 ms per 10 ms)
     duration_s = 10.0         # optional: released after this (else at teardown)
 
     [[events]]
@@ -21,12 +21,13 @@ Actions (registered with :func:`incastlab.events.register_action`; fields in
 The CPU throttle does what Mininet's CPULimitedHost does (a cgroup per host, its
 processes moved in, a CFS quota), but mid-run and for the job's processes only: one
 cgroup per host under ``<cpu hierarchy>/incastlab/<run state id>/<host>``, its limit
-``share`` x the period (cgroup v2 ``cpu.max``, or v1 ``cpu.cfs_quota_us`` /
-``cpu.cfs_period_us``: whichever hierarchy holds the cpu controller on this machine),
-and every process of the job on that host moved in (each launched process's process
-group: the app and anything it started). Undo moves each one back to the cgroup it came
-from and removes the directory. The path is recorded in the run's state file before it
-is created, so ``incastlab clean`` removes it after a crash (:func:`remove_cgroup`).
+``share`` x a short period (:func:`period_for`; cgroup v2 ``cpu.max``, or v1
+``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``: whichever hierarchy holds the cpu
+controller on this machine), and every process of the job on that host moved in
+(each launched process's process group: the app and anything it started). Undo moves
+each one back to the cgroup it came from and removes the directory. The path is
+recorded in the run's state file before it is created, so ``incastlab clean`` removes
+it after a crash (:func:`remove_cgroup`).
 
 Signals go only to the job's own processes, by the pid the runner launched them with
 (each leads its own process group), and only while the runner has not reaped them, so a
@@ -39,6 +40,7 @@ job can go on without it is the job's call (``Job.tolerates_lost_workers``), see
 """
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -49,9 +51,10 @@ from typing import Any
 
 from incastlab.fields import did_you_mean, is_int, is_num
 
-PERIOD_US = 100_000   # the CFS period (Mininet's CPULimitedHost default)
-MIN_QUOTA_US = 1_000  # the kernel refuses a CFS quota below 1 ms
-MIN_SHARE = MIN_QUOTA_US / PERIOD_US
+MIN_QUOTA_US = 1_000    # the kernel refuses a CFS quota below 1 ms
+MAX_PERIOD_US = 100_000  # Mininet's CPULimitedHost period; the longest we use
+MIN_PERIOD_US = 10_000   # the shortest (see period_for)
+MIN_SHARE = MIN_QUOTA_US / MAX_PERIOD_US
 CGROUP_PARENT = "incastlab"
 PROC = Path("/proc")
 MOUNTS = Path("/proc/self/mounts")
@@ -112,13 +115,26 @@ class ThrottlePlan:
     period_us: int
 
 
-def throttle_plan(h: CpuHierarchy, state_id: str, host: str, share: float,
-                  period_us: int = PERIOD_US) -> ThrottlePlan:
-    """The cgroup and limits that hold ``host``'s processes to ``share`` of one core:
-    a quota of share x period CPU time per period (CFS bandwidth control, like
-    CPULimitedHost's cfsInfo but of one core, not of the whole machine)."""
+def period_for(share: float) -> int:
+    """The CFS period (us) for ``share``: the shortest from 10 ms up whose quota (share x
+    period) is at least the kernel's 1 ms, i.e. 10 ms down to share 0.1, longer below
+    (100 ms at 0.01).
+
+    Short because a worker computes in bursts: with Mininet's 100 ms period, a 15 ms
+    gradient fits in the 20 ms quota of share 0.2 and is not slowed at all (seen: a
+    throttled worker's compute time did not change), while with 10 ms (a 2 ms quota) it
+    takes about 15 / 0.2 = 75 ms, as on a core five times slower."""
     if not MIN_SHARE <= share <= 1:
         raise ValueError(f"share {share!r} is not from {MIN_SHARE:g} to 1")
+    return min(MAX_PERIOD_US, max(MIN_PERIOD_US, math.ceil(MIN_QUOTA_US / share)))
+
+
+def throttle_plan(h: CpuHierarchy, state_id: str, host: str, share: float) -> ThrottlePlan:
+    """The cgroup and limits that hold ``host``'s processes to ``share`` of one core:
+    a quota of share x period CPU time per period (CFS bandwidth control, like
+    CPULimitedHost's cfsInfo but of one core, not of the whole machine; the period
+    from :func:`period_for`)."""
+    period_us = period_for(share)
     quota = max(MIN_QUOTA_US, round(share * period_us))
     path = cgroup_dir(h, state_id, host)
     if h.version == 2:
@@ -322,7 +338,8 @@ def _check_share(ev) -> list[str]:
         return [f"share: {share!r} is not in (0, 1] (a fraction of one core)"]
     if share < MIN_SHARE:
         return [f"share: {share!r} is below {MIN_SHARE:g}: the kernel grants at least "
-                f"{MIN_QUOTA_US // 1000} ms of CPU per {PERIOD_US // 1000} ms period"]
+                f"{MIN_QUOTA_US // 1000} ms of CPU per period, and periods are at most "
+                f"{MAX_PERIOD_US // 1000} ms"]
     return []
 
 
@@ -491,7 +508,7 @@ def exit_verdict(launches: Sequence, codes: Sequence[int | None], killed: Mappin
 FIELDS = {
     "cpu_throttle": {"host": "the host whose job processes are throttled, e.g. 'h3'",
                      "share": f"CPU share of one core, from {MIN_SHARE:g} to 1 (cgroup "
-                              "CFS quota = share x 100 ms per 100 ms)"},
+                              "CFS quota = share x the period, 10 ms or longer)"},
     "worker_kill": {"host": "the worker's host", "rank": "or the worker's rank (0-based, PS "
                                                          "hosts not counted)"},
     "worker_pause": {"host": "the worker's host", "rank": "or the worker's rank"},

@@ -40,7 +40,7 @@ def problems(*tables, scene=SCENE) -> list[str]:
      "events[0].share: 'half' is not a number"),
     ({"action": "cpu_throttle", "host": "h3", "share": 0.005},
      "events[0].share: 0.005 is below 0.01: the kernel grants at least 1 ms of CPU per "
-     "100 ms period"),
+     "period, and periods are at most 100 ms"),
     ({"action": "cpu_throttle", "host": "h9", "share": 0.5},
      "events[0].host: 'h9' is not a host of this fabric"),
     ({"action": "cpu_throttle", "host": 3, "share": 0.5},
@@ -145,13 +145,17 @@ def test_throttle_plan_v1_and_v2():
     v1 = he.throttle_plan(he.CpuHierarchy(1, Path("/cg/cpu")), "123-456", "h3", 0.25)
     assert v1.path == Path("/cg/cpu/incastlab/123-456/h3")
     assert v1.enable == ()
-    assert v1.limits == (("cpu.cfs_period_us", "100000"), ("cpu.cfs_quota_us", "25000"))
+    assert v1.limits == (("cpu.cfs_period_us", "10000"), ("cpu.cfs_quota_us", "2500"))
     v2 = he.throttle_plan(he.CpuHierarchy(2, Path("/cg")), "123-456", "h3", 0.2)
-    assert v2.limits == (("cpu.max", "20000 100000"),)
+    assert v2.limits == (("cpu.max", "2000 10000"),)
     assert v2.enable == (Path("/cg/cgroup.subtree_control"),
                          Path("/cg/incastlab/cgroup.subtree_control"),
                          Path("/cg/incastlab/123-456/cgroup.subtree_control"))
-    assert he.throttle_plan(he.CpuHierarchy(1, Path("/c")), "s", "h1", 0.01).quota_us == 1000
+    # below 0.1 the period grows so that the quota stays at the kernel's 1 ms minimum
+    for share, period in ((1.0, 10_000), (0.1, 10_000), (0.05, 20_000), (0.03, 33_334),
+                          (0.01, 100_000)):
+        plan = he.throttle_plan(he.CpuHierarchy(1, Path("/c")), "s", "h1", share)
+        assert (plan.period_us, plan.quota_us) == (period, max(1000, round(share * period)))
     for bad in (0.0, 0.009, 1.01):
         with pytest.raises(ValueError):
             he.throttle_plan(he.CpuHierarchy(1, Path("/c")), "s", "h1", bad)
