@@ -104,3 +104,4 @@ def test_the_section_reports_the_learned_routers_loss(tmp_path):
     md = "\n".join(s.markdown for s in jobs.job_for("moe").sections(a, {}))
     # mean over the two hosts: (1.5 + 3) / 2 first, (0.25 + 0.5) / 2 last
     assert "loss (mean over hosts) 2.25 in the first step, 0.375 in the last" in md
+    assert "returned rows not checked" in md and "differ" not in md
