@@ -116,6 +116,8 @@ def attribute_losses(lost: pd.DataFrame, fabric: FabricMap | None, queues: pd.Da
         via = [v for v in (getattr(r, "via", "") or "").split(",") if v in cands]
         seen = set((getattr(r, "seen_at", "") or "").split(","))
         for v in via:  # a capture on egress port v sees what left v's queue
+            if v not in cands:
+                continue  # narrowed away: the flow crossed v on another path (failover)
             k = cands.index(v)
             cands = cands[k + 1:] if v in seen else cands[:k + 1]
             narrowed = True
