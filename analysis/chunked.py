@@ -42,8 +42,8 @@ def connection_hash(src, dst, sport, dport) -> np.ndarray:
     a = (np.asarray(src).astype(np.uint64) << np.uint64(16)) | np.asarray(sport, np.uint64)
     b = (np.asarray(dst).astype(np.uint64) << np.uint64(16)) | np.asarray(dport, np.uint64)
     lo, hi = np.minimum(a, b), np.maximum(a, b)
-    # multiplicative mixing (wraps modulo 2**64 on purpose)
-    x = lo * np.uint64(0x9E3779B97F4A7C15) ^ hi * np.uint64(0xC2B2AE3D27D4EB4F)
+    with np.errstate(over="ignore"):  # multiplicative mixing wraps modulo 2**64 on purpose
+        x = lo * np.uint64(0x9E3779B97F4A7C15) ^ hi * np.uint64(0xC2B2AE3D27D4EB4F)
     x ^= x >> np.uint64(31)
     return (x % np.uint64(NHASH)).astype(np.int64)
 
@@ -154,18 +154,23 @@ class TcpTables:
     throughput: pd.DataFrame
     flow_bytes: list | None     # episodes.window_flow_bytes per window (None: no TCP rows)
     chunks: int                 # how many parts the captures were analysed in
+    extra: dict                 # name -> merged table of each `extra` reducer, or the
+    #                             exception it raised (the caller decides what that costs)
 
 
 def analyse_tcp(store: CaptureStore, *, rto_threshold_s: float = tcp.DEFAULT_RTO_THRESHOLD_S,
                 at_host=None, windows: list | None = None,
-                chunk_packets: int = CHUNK_PACKETS) -> TcpTables:
+                chunk_packets: int = CHUNK_PACKETS, extra: dict | None = None) -> TcpTables:
     """tcp.py's tables of every flow in `store`, loading at most ~`chunk_packets` packets
     at a time; equal to running tcp.py on tcp.combine() of all captures.
 
     `at_host(flows) -> bool Series`: flows whose receiver-side capture is at the
     destination host (only those are judged for spurious retransmissions; default: all
     with a receiver-side capture). `windows`: episodes.episode_windows, whose per-flow
-    bytes are collected on the way (TcpTables.flow_bytes)."""
+    bytes are collected on the way (TcpTables.flow_bytes). `extra`: {name: (fn, then)}
+    more per-connection reducers, `fn(packets, flows, flow_summary) -> DataFrame` with a
+    `flow` column, run on every chunk; the parts are ordered by flow as `flow_summary`
+    is (after the column `then` first, e.g. "t", when not None)."""
     at_host = at_host or (lambda f: f["receiver_iface"].notna() if len(f)
                           else pd.Series(dtype=bool))
     windows = windows or []
@@ -183,6 +188,11 @@ def analyse_tcp(store: CaptureStore, *, rto_threshold_s: float = tcp.DEFAULT_RTO
             "lost": tcp.losses(df, flows), "fsum": tcp.flow_summary(df, flows, retrans),
             "tput": tcp.throughput_series(df, flows, t_range=store.data_range),
             "bytes": ep.window_flow_bytes(df, windows)})
+        for name, (fn, _) in (extra or {}).items():
+            try:
+                parts[-1][name] = fn(df, flows, parts[-1]["fsum"])
+            except Exception as exc:  # noqa: BLE001 - one reducer's bug costs its table only
+                parts[-1][name] = exc
         del df
     flows = _cat([p["flows"] for p in parts])
     if len(parts) > 1:
@@ -216,9 +226,14 @@ def analyse_tcp(store: CaptureStore, *, rto_threshold_s: float = tcp.DEFAULT_RTO
     flow_bytes = None
     if store.rows:
         flow_bytes = [_cat_series([p["bytes"][i] for p in parts]) for i in range(len(windows))]
+    out_extra = {}
+    for name, (_, then) in (extra or {}).items():
+        err = next((p[name] for p in parts if isinstance(p[name], Exception)), None)
+        out_extra[name] = err if err is not None else by_flow(name, then=then)
     return TcpTables(flows=flows, reused=reused, retrans=retrans, recovery_episodes=eps,
                      losses=by_flow("lost", then="t"), flow_summary=by_flow("fsum"),
-                     throughput=tput, flow_bytes=flow_bytes, chunks=len(parts))
+                     throughput=tput, flow_bytes=flow_bytes, chunks=len(parts),
+                     extra=out_extra)
 
 
 def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:

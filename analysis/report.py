@@ -19,6 +19,7 @@ import pandas as pd
 
 from incastlab.topologies.fabricmap import FabricMap
 
+from . import chunked
 from . import episodes as ep
 from . import findings as fnd
 from . import inputs as inp
@@ -96,12 +97,15 @@ def rto_threshold_from_spec(spec: dict) -> float:
         return tcp.DEFAULT_RTO_THRESHOLD_S
 
 
-def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -> Analysis:
+def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True,
+            chunk_packets: int = chunked.CHUNK_PACKETS) -> Analysis:
     """Read a run directory and compute every table and headline metric.
 
     `rto_threshold_s`: silence before a retransmission that makes it an RTO (s); default
     from the spec (`rto_threshold_from_spec`). `cache`: keep/use Parquet caches of
-    parsed pcaps next to them.
+    parsed pcaps next to them. `chunk_packets`: packets analysed at once (chunked.py:
+    captures are read one at a time and analysed a group of connections at a time, so
+    memory does not grow with the run; the tables do not depend on it).
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -169,8 +173,20 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
     if workers.empty:
         missing["workers"] = "no workers/*.jsonl"
 
-    # captures: parsed, each with its state against the manifest's list (inputs.py)
+    # captures: parsed, each with its state against the manifest's list (inputs.py);
+    # their TCP rows go to scratch files that the TCP analysis reads a group of
+    # connections at a time (chunked.py; removed by close() below, or by the store's
+    # finalizer if analyse fails before)
     pcaps, capture_inputs = inp.read_captures(run_dir, manifest, spec, cache)
+    store = chunked.CaptureStore()
+    n_packets = {}
+    for iface, df in pcaps.items():
+        n_packets[iface] = len(df)
+        store.add(iface, df)
+        # what inputs.py still reads of a capture (its last packet's time), not its rows
+        pcaps[iface] = (df[["t"]].iloc[[int(df["t"].to_numpy().argmax())]] if len(df)
+                        else df[["t"]])
+        del df
     if not pcaps:
         missing["pcap"] = "no readable captures in pcap/"
     def guard(what, fn, fallback):
@@ -182,32 +198,54 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
                             "shown as empty")
             return fallback()
 
-    def tcp_tables(tcp_df):
-        flows = tcp.data_flows(tcp_df)
-        for r in tcp.reused_tuples(tcp_df).drop_duplicates("flow").itertuples(index=False):
-            problems.append(f"flow {r.flow} carried {r.connections} connections (same ports "
-                            "reused); its retransmission and loss counts mix them")
-        retrans, rec_eps = tcp.retransmissions(tcp_df, flows, rto_threshold_s=rto_threshold_s)
-        lost = tcp.losses(tcp_df, flows)
+    try:  # the queue episodes whose senders the captures tell (episodes.py)
+        windows = ep.episode_windows(queues, fabric)
+    except Exception:  # noqa: BLE001 - reported by the incast episodes' own guard below
+        windows = []
+
+    def tcp_tables(store):
         # "spurious" means the receiver already had the data: only the capture at the
         # destination host can say so (one upstream of a drop would call the repair of a
-        # real loss spurious, as with a deleted receiver pcap); others stay unknown (NaN)
+        # real loss spurious, as with a deleted receiver pcap); others stay unknown (NaN).
+        # latency.py's per-flow tables are reduced on the same pass over the connections.
+        extra = {"rtt": (lambda d, _fl, fs: lat.rtt_samples(d, fs, fabric, manifest), None),
+                 "sojourn": (lambda d, _fl, fs: lat.sojourns(d, fs, fabric), "t")}
+        tt = chunked.analyse_tcp(store, rto_threshold_s=rto_threshold_s,
+                                 at_host=lambda f: _received_at_host(f, fabric),
+                                 windows=windows, chunk_packets=chunk_packets, extra=extra)
+        flows, rec_eps, lost = tt.flows, tt.recovery_episodes, tt.losses
+        for r in tt.reused.drop_duplicates("flow").itertuples(index=False):
+            problems.append(f"flow {r.flow} carried {r.connections} connections (same ports "
+                            "reused); its retransmission and loss counts mix them")
+        spurious = (pd.Series(tt.retrans["spurious"].to_numpy(), dtype=object)
+                    if len(tt.retrans) else
+                    pd.Series(np.nan, index=tt.retrans.index, dtype=object))
         at_host = _received_at_host(flows, fabric)
-        spurious = tcp.spurious_retransmissions(tcp_df, retrans, flows[at_host])
         if len(flows) and not at_host.all():
             problems.append(f"{int((~at_host).sum())} flow(s) have no capture at their "
                             "destination host: whether their retransmissions were spurious "
                             "is unknown, and losses after their last capture point are "
                             "unseen.")
-        retrans = retrans.assign(spurious=spurious.to_numpy() if len(retrans) else [])
+        retrans = tt.retrans
         attributed = rec.attribute_losses(lost, fabric, queues, flow_paths)
-        fsum = tcp.flow_summary(tcp_df, flows, retrans)
-        tput = tcp.throughput_series(tcp_df, flows)
-        return tcp_df, flows, retrans, rec_eps, lost, spurious, attributed, fsum, tput
+        fsum = tt.flow_summary
+        # the packets of the connection whose sequence graph the report draws (render.py):
+        # the run's packets are never all in memory at once
+        worst = fr.worst_flow(fsum, retrans)
+        sample = store.frame(0, 0)
+        if worst is not None:
+            f = flows[flows["flow"] == worst].iloc[0]
+            h = int(chunked.connection_hash(f.src, f.dst, f.sport, f.dport))
+            sample = store.frame(h, h + 1)
+        return (sample, flows, retrans, rec_eps, lost, spurious, attributed, fsum,
+                tt.throughput, tt.flow_bytes, tt.extra)
 
-    tcp_df, flows, retrans, rec_eps, lost, spurious, attributed, fsum, tput = guard(
-        "TCP analysis of the captures", lambda: tcp_tables(tcp.combine(pcaps)),
-        lambda: tcp_tables(tcp.combine({})))
+    (tcp_df, flows, retrans, rec_eps, lost, spurious, attributed, fsum, tput, flow_bytes,
+     lat_parts) = guard(
+        "TCP analysis of the captures", lambda: tcp_tables(store),
+        lambda: tcp_tables(chunked.CaptureStore()))
+    store_range = store.t_range
+    store.close()
     if len(pcaps) and flows.empty:
         missing["flows"] = "captures hold no TCP payload"
     elif len(flows) and flows["receiver_iface"].isna().all():
@@ -228,7 +266,8 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
         pd.DataFrame(columns=["iface", "spine", "leaf", "direction", "bytes"]), {},
         pd.DataFrame()))
     episodes = guard("incast episodes", lambda: ep.incast_episodes(
-        queues, fabric, tcp_df, retrans, flow_paths), lambda: pd.DataFrame(columns=ep.COLUMNS))
+        queues, fabric, None, retrans, flow_paths, flow_bytes=flow_bytes),
+        lambda: pd.DataFrame(columns=ep.COLUMNS))
     recon = rec.reconcile(queue_summary=qsum, attributed=attributed, retrans=retrans,
                           spurious=spurious, counters=counters, manifest=manifest,
                           captured_flows=len(flows), fabric=fabric,
@@ -252,7 +291,8 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
         for _, e in errs.iterrows():
             problems.append(f"worker {e.get('file')} reported an error: {e.get('message')}")
 
-    t0, t1, note = _time_range(manifest, queues, tcp_df, workers)
+    t0, t1, note = _time_range(manifest, queues, pd.DataFrame({"t": list(store_range)})
+                               if store_range else None, workers)
     if note:
         problems.append(note)
     # every input's state; a damaged one makes the metrics that need it n/a (inputs.py)
@@ -271,9 +311,10 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
                 "balance": balance, "utilisation": util, "episodes": episodes,
                 "iterations": iters_ev, "steps": steps, "per_worker": workers_tbl,
                 "loss_curve": curve, "finals": finals, "workers_raw": workers,
-                "counters": counters, "recon": recon, "pcaps": {k: len(v) for k, v in
-                                                                  pcaps.items()},
-                "starts": training.starts(workers), "tcp": tcp_df}
+                "counters": counters, "recon": recon, "pcaps": n_packets,
+                "starts": training.starts(workers),
+                # only the worst flow's connection (render.py's sequence graph)
+                "tcp": tcp_df}
     # flows by the hosts and roles at their ends; the packets behind each finding
     labels = guard("flow labels", lambda: fr.flow_labels(flows, fabric, manifest), dict)
     a.tables["flow_labels"] = labels
@@ -315,7 +356,7 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True) -
         "analysis": inventory.to_json(),
     })
     # latency under load (latency.py): RTT samples, queueing delay, sojourn
-    a.tables["latency"] = guard("latency under load", lambda: lat.analyse(a), dict)
+    a.tables["latency"] = guard("latency under load", lambda: _latency(a, lat_parts), dict)
     a.metrics["latency"] = _jsonable(lat.summary(a.tables["latency"]))
     readings = mt.evaluate(a, kind)
     a.metrics["headline"] = _jsonable(mt.headline(readings))
@@ -353,6 +394,18 @@ def _na_problems(readings, missing: dict) -> list[str]:
             out.append(f"n/a for want of {mt.INPUTS.get(key, key)} ({why}): "
                        + ", ".join(names) + ".")
     return out
+
+
+def _latency(a: Analysis, parts: dict) -> dict:
+    """latency.analyse's tables, with the RTT samples and sojourns reduced a group of
+    connections at a time with the other TCP tables (chunked.py), not from all packets."""
+    for v in parts.values():
+        if isinstance(v, Exception):
+            raise v
+    rtt, soj = parts["rtt"], parts["sojourn"]
+    qd = lat.queue_delay(a.tables.get("queues_d"), a.fabric)
+    return {"rtt": rtt, "queue_delay": qd, "sojourn": soj,
+            "summary": lat.summary_table(rtt, qd, soj, a.fabric)}
 
 
 def _received_at_host(flows: pd.DataFrame, fabric) -> pd.Series:

@@ -1,0 +1,171 @@
+"""Bounded-memory analysis (analysis/chunked.py) gives exactly the tables of the
+all-in-memory one: tcp.py on tcp.combine() of every capture.
+
+The run directory mixes what the merge has to get right: two connections with the same
+packet times (ties across flows when losses are sorted by time), a flow seen at three
+capture points (via, seen_at), a flow whose receiver-side capture is not at its
+destination host (spurious unknown), a 4-tuple reused by two connections, every
+retransmission kind (scenario_tcp), and queue episodes whose senders come from the
+captures. `chunk_packets=1` forces one chunk per connection hash.
+"""
+import numpy as np
+import pandas as pd
+import pytest
+
+from incastlab.analysis import chunked, episodes, rundir, tcp
+from incastlab.analysis.pcap import read_pcap
+from incastlab.analysis.report import _received_at_host, analyse
+from incastlab.analysis.synthetic import MSS, TcpScript, make_demo_run, scenario_tcp, write_pcap
+
+T0 = 1_700_000_000.0
+
+
+def _bulk(script, t, n, lost=(), resend_at=None):
+    """n segments from t, 1 ms apart, each ACKed cumulatively; `lost` segments are
+    resent (in order) at `resend_at`."""
+    script.handshake(t)
+    for k in range(n):
+        script.data(t + 0.01 + k * 0.001, k * MSS, lost=k in lost)
+    for k in range(n):
+        first_hole = min([x for x in lost if x <= k], default=None)
+        acked = first_hole * MSS if first_hole is not None else (k + 1) * MSS
+        script.ack(t + 0.01 + k * 0.001 + script.delay + 0.0001, acked)
+    for j, k in enumerate(sorted(lost)):
+        script.data(resend_at + j * 0.001, k * MSS)
+    script.ack(resend_at + len(lost) * 0.001 + script.delay + 0.0001, n * MSS)
+    script.fin(resend_at + 0.05, n * MSS)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("bounded") / "run"
+    make_demo_run(run, t0=T0)  # queues, workers, fabric, flow paths, counters
+    a, _ = scenario_tcp(t0=T0, src="10.0.1.1", dst="10.0.2.1", sport=40000, dport=29500)
+    b, _ = scenario_tcp(t0=T0, src="10.0.1.2", dst="10.0.2.1", sport=40001, dport=29500)
+    c = TcpScript(src="10.0.2.2", dst="10.0.1.1", sport=40002, dport=29501, t0=T0)
+    _bulk(c, 0.002, 30, lost=(5, 17), resend_at=0.3)
+    d1 = TcpScript(src="10.0.1.2", dst="10.0.2.2", sport=40003, dport=29502, t0=T0, isn=1000)
+    _bulk(d1, 0.004, 10, lost=(3,), resend_at=0.1)
+    d2 = TcpScript(src="10.0.1.2", dst="10.0.2.2", sport=40003, dport=29502, t0=T0,
+                   isn=777_777)
+    _bulk(d2, 0.5, 10, resend_at=0.6)
+    sides = {"h1-eth0": a.sender + c.receiver, "h2-eth0": b.sender + d1.sender + d2.sender,
+             "h3-eth0": a.receiver + b.receiver, "h4-eth0": c.sender,
+             "lf1-eth1": [(t + 0.0001, p) for t, p in c.receiver],   # not at h1 itself
+             "sp1-eth2": [(t - 0.0002, p) for t, p in a.receiver],   # between h1 and h3
+             "lf2-eth2": d1.receiver + d2.receiver}
+    for iface, side in sides.items():
+        write_pcap(run / "pcap" / f"{iface}.pcap", side, T0)
+    return run
+
+
+def _store(run):
+    store = chunked.CaptureStore()
+    for p in sorted((run / "pcap").glob("*.pcap")):
+        store.add(p.stem, read_pcap(p, cache=False))
+    return store
+
+
+def _all_in_memory(run, fabric, windows):
+    """The analysis as report.py ran it before chunked.py: one frame of all captures."""
+    t = tcp.combine({p.stem: read_pcap(p, cache=False)
+                     for p in sorted((run / "pcap").glob("*.pcap"))})
+    flows = tcp.data_flows(t)
+    retrans, eps = tcp.retransmissions(t, flows)
+    spurious = tcp.spurious_retransmissions(t, retrans, flows[_received_at_host(flows, fabric)])
+    retrans = retrans.assign(spurious=spurious.to_numpy() if len(retrans) else [])
+    return {"flows": flows, "reused": tcp.reused_tuples(t), "retrans": retrans,
+            "recovery_episodes": eps, "losses": tcp.losses(t, flows),
+            "flow_summary": tcp.flow_summary(t, flows, retrans),
+            "throughput": tcp.throughput_series(t, flows),
+            "flow_bytes": episodes.window_flow_bytes(t, windows), "tcp": t}
+
+
+@pytest.mark.parametrize("chunk", ["one connection", "half the packets", "all"])
+def test_chunked_tables_equal_all_in_memory(run, chunk):
+    fabric = rundir.load_fabric(run)
+    windows = episodes.episode_windows(rundir.load_queues(run), fabric)
+    old = _all_in_memory(run, fabric, windows)
+    with _store(run) as store:
+        chunk_packets = {"one connection": 1, "half the packets": store.rows // 2,
+                         "all": store.rows}[chunk]
+        new = chunked.analyse_tcp(store, at_host=lambda f: _received_at_host(f, fabric),
+                                  windows=windows, chunk_packets=chunk_packets)
+        n_hashes = len(np.unique(chunked.connection_hash(
+            *(old["tcp"][c].to_numpy() for c in tcp.FLOW_KEY))))
+    # the scenario really has what the merge must order: several chunks, flows at 3
+    # captures, a reused tuple, unknown spurious, RTO/fast/TLP episodes, losses
+    if chunk == "one connection":
+        assert new.chunks == n_hashes >= 4
+    elif chunk == "all":
+        assert new.chunks == 1
+    else:
+        assert 1 < new.chunks < n_hashes
+    assert (old["flows"]["via"] != "").any() and len(old["reused"]) == 2
+    assert old["retrans"]["spurious"].isna().any() and (old["retrans"]["spurious"] == True).any()  # noqa: E712
+    assert {"rto", "fast", "tlp"} <= set(old["retrans"]["kind"]) and len(old["losses"]) >= 6
+    assert old["losses"]["t"].duplicated().any()  # equal times in two flows
+    assert len(windows) and sum(len(s) for s in old["flow_bytes"]) > 0
+    for name in ("flows", "reused", "retrans", "recovery_episodes", "losses", "flow_summary",
+                 "throughput"):
+        pd.testing.assert_frame_equal(getattr(new, name), old[name], obj=name)
+    assert new.throughput.attrs["bin_s"] == old["throughput"].attrs["bin_s"]
+    assert len(new.flow_bytes) == len(old["flow_bytes"])
+    for got, want in zip(new.flow_bytes, old["flow_bytes"], strict=True):
+        pd.testing.assert_series_equal(got, want)
+
+
+def test_empty_store_gives_the_empty_tables():
+    with chunked.CaptureStore() as store:
+        new = chunked.analyse_tcp(store)
+        assert store.t_range is None and store.chunks() == []
+    old = tcp.combine({})
+    pd.testing.assert_frame_equal(new.flows, tcp.data_flows(old))
+    assert new.retrans.empty and new.losses.empty and new.throughput.empty
+    assert new.flow_bytes is None
+
+
+def test_connection_hash_is_the_same_both_ways():
+    src, dst = np.array([1, 2, 3], np.uint32), np.array([4, 5, 3], np.uint32)
+    sport, dport = np.array([10, 11, 12], np.uint16), np.array([20, 21, 13], np.uint16)
+    fwd = chunked.connection_hash(src, dst, sport, dport)
+    assert (fwd == chunked.connection_hash(dst, src, dport, sport)).all()
+    assert ((fwd >= 0) & (fwd < chunked.NHASH)).all()
+
+
+def _assert_same(x, y, where="analysis"):
+    """Equal nested metrics/tables (DataFrames compared with their dtypes)."""
+    if isinstance(x, pd.DataFrame):
+        pd.testing.assert_frame_equal(x, y, obj=where)
+    elif isinstance(x, pd.Series):
+        pd.testing.assert_series_equal(x, y, obj=where)
+    elif isinstance(x, dict):
+        assert set(x) == set(y), where
+        for k in x:
+            _assert_same(x[k], y[k], f"{where}.{k}")
+    elif isinstance(x, (list, tuple)) and len(x) and isinstance(x[0], (pd.DataFrame, dict)):
+        assert len(x) == len(y), where
+        for i, (a, b) in enumerate(zip(x, y, strict=True)):
+            _assert_same(a, b, f"{where}[{i}]")
+    else:
+        assert x == y or (x != x and y != y), where  # NaN equals NaN here
+
+
+def test_report_is_the_same_in_one_chunk_and_in_one_per_connection(run):
+    """The whole analysis (metrics.json's numbers, every table, latency and incast
+    episodes included) does not depend on how many connections are analysed at once."""
+    one = analyse(run, cache=False, chunk_packets=10**9)
+    many = analyse(run, cache=False, chunk_packets=1)
+    assert one.metrics["flows"] == 4 and one.metrics["retransmissions"]["retrans_packets"] > 8
+    assert one.tables["latency"]["rtt"]["flow"].nunique() == 4
+    assert len(one.tables["latency"]["sojourn"]) and len(one.tables["episodes"])
+    _assert_same(one.metrics, many.metrics, "metrics")
+    for a in (one, many):
+        # latency.sojourns orders its rows by time only; packets of two flows captured in
+        # the same microsecond at one point follow the captures' row order there, which
+        # the chunks do not keep across connections: the same rows, compared sorted
+        soj = a.tables["latency"]["sojourn"]
+        a.tables["latency"]["sojourn"] = soj.sort_values(list(soj.columns)).reset_index(
+            drop=True)
+    for name in one.tables:
+        _assert_same(one.tables[name], many.tables[name], name)
