@@ -50,9 +50,9 @@ from . import tcp
 from .pcap import SYN, ip_to_str
 
 RTT_COLUMNS = ["flow", "role", "src", "dst", "sport", "dport", "iface", "t", "t_ack",
-               "rtt_s", "seq", "len", "sack"]
+               "rtt_s", "seq", "len", "ip_id", "sack"]
 QDELAY_COLUMNS = ["t", "iface", "kind", "rate_mbps", "backlog_bytes", "delay_s", "weight"]
-SOJOURN_COLUMNS = ["flow", "from_iface", "to_iface", "t", "sojourn_s", "seq", "len"]
+SOJOURN_COLUMNS = ["flow", "from_iface", "to_iface", "t", "sojourn_s", "seq", "len", "ip_id"]
 SUMMARY_COLUMNS = ["measure", "group", "samples", "p50_ms", "p90_ms", "p99_ms", "max_ms",
                    "note"]
 QUANTILES = (0.5, 0.9, 0.99)
@@ -105,8 +105,8 @@ def flow_rtt(fwd: pd.DataFrame, rev: pd.DataFrame) -> pd.DataFrame:
     own packets, `rev`: the other direction, each sorted by time; tcp._flow_packets).
 
     Columns: t (the sampled segment's capture time, s), t_ack (the ACK's), rtt_s, seq
-    (relative), len, sack (the sample came from a SACK edge)."""
-    cols = ["t", "t_ack", "rtt_s", "seq", "len", "sack"]
+    (relative), len, ip_id (the segment's), sack (the sample came from a SACK edge)."""
+    cols = ["t", "t_ack", "rtt_s", "seq", "len", "ip_id", "sack"]
     if (fwd["payload_len"] > 0).sum() == 0:
         return pd.DataFrame(columns=cols)
     _base, data, rel, ln, acks, ack_rel = tcp._flow_state(fwd, rev)
@@ -114,7 +114,7 @@ def flow_rtt(fwd: pd.DataFrame, rev: pd.DataFrame) -> pd.DataFrame:
     ipid = data["ip_id"].to_numpy().astype(np.int64)
     # one transmission captured twice (same seq, length and IP id) counts once
     dup = pd.DataFrame({"r": rel, "l": ln, "i": ipid}).duplicated().to_numpy() & (ipid != 0)
-    rel, ln, t = rel[~dup], ln[~dup], t[~dup]
+    rel, ln, t, ipid = rel[~dup], ln[~dup], t[~dup], ipid[~dup]
     end = rel + ln
     snd_max = np.concatenate([[_NONE], np.maximum.accumulate(end)[:-1]])
     again = rel < snd_max  # sent before (in part or whole): a retransmission
@@ -131,7 +131,7 @@ def flow_rtt(fwd: pd.DataFrame, rev: pd.DataFrame) -> pd.DataFrame:
         t_lo = t_hi = np.empty(0, np.int64)
     # first transmissions: their ends rise strictly with time
     first = ~again
-    o_t, o_rel, o_end = t[first], rel[first], end[first]
+    o_t, o_rel, o_end, o_id = t[first], rel[first], end[first], ipid[first]
     if not len(acks) or not len(o_end):
         return pd.DataFrame(columns=cols)
     at = acks["t"].to_numpy()
@@ -163,7 +163,7 @@ def flow_rtt(fwd: pd.DataFrame, rev: pd.DataFrame) -> pd.DataFrame:
     seg = kk[i]
     return pd.DataFrame({"t": o_t[seg], "t_ack": at[i], "rtt_s": at[i] - o_t[seg],
                          "seq": o_rel[seg], "len": o_end[seg] - o_rel[seg],
-                         "sack": by_sack[i]}, columns=cols)
+                         "ip_id": o_id[seg], "sack": by_sack[i]}, columns=cols)
 
 
 def host_roles(manifest: dict | None) -> dict[str, str]:
@@ -300,7 +300,8 @@ def sojourns(tcp_df: pd.DataFrame, flows: pd.DataFrame | None = None,
     return pd.DataFrame({"flow": m["flow"].to_numpy(), "from_iface": m["iface_s"].to_numpy(),
                          "to_iface": m["iface_o"].to_numpy(), "t": m["t_s"].to_numpy(),
                          "sojourn_s": (m["t_o"] - m["t_s"]).to_numpy(),
-                         "seq": m["seq"].to_numpy(), "len": m["payload_len"].to_numpy()},
+                         "seq": m["seq"].to_numpy(), "len": m["payload_len"].to_numpy(),
+                         "ip_id": m["ip_id"].to_numpy()},
                         columns=SOJOURN_COLUMNS).sort_values("t", kind="stable",
                                                              ignore_index=True)
 

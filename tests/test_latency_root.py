@@ -1,0 +1,88 @@
+"""Root tier for latency under load (analysis/latency.py): a short real PS incast, then
+the report's RTT, queueing-delay and sojourn numbers against what the fabric's
+mechanism allows.
+
+Three workers on the other leaf push 1 MB each into the parameter server through a
+20-packet queue at 20 Mbit/s: the server's port stays backlogged through every push."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from incastlab.analysis import latency
+from incastlab.analysis.report import build_report
+from incastlab.topologies.fabricmap import FabricMap
+from tests.rootnet import run_complete
+
+pytestmark = pytest.mark.root
+RATE_MBPS = 20.0
+QUEUE = 20
+CAPTURE_TICK_S = 2e-6   # tcpdump's timestamps: microseconds, two per difference
+
+
+@pytest.fixture(scope="module")
+def ps_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("latency-ps")
+    run_complete(run_dir, [
+        "topology.spines=1", "topology.leaves=2", "topology.hosts_per_leaf=3",
+        f"topology.host_bw_mbps={RATE_MBPS:g}", f"topology.queue_packets={QUEUE}",
+        "workload.kind=ps", "workload.mode=sync", "workload.workers=3",
+        "workload.worker_leaves=[2]", "workload.model_size=250000",
+        "workload.iterations=2", "routing.policy=ecmp"])
+    build_report(run_dir)
+    return run_dir
+
+
+def test_latency_numbers_within_what_the_fabric_allows(ps_run):
+    m = json.loads((ps_run / "metrics.json").read_text())
+    head, lat = m["headline"], m["latency"]
+    assert lat["rtt_samples"] > 100, lat
+    # Queueing delay from the samples: the sampler reads the port's pfifo, which holds at
+    # most QUEUE frames of at most 1514 bytes, drained at the port's rate (20 Mbit/s to
+    # the hosts: 12.1 ms; the uplinks run at 3x by default: 4.04 ms)
+    fabric = FabricMap.load(ps_run / "fabric.json")
+    bound_ms = latency.queue_delay_bound_s(QUEUE, RATE_MBPS) * 1e3
+    assert 0 < head["queue_delay_p99_ms"] <= bound_ms + 1e-9, lat
+    ports = [g for g in lat["groups"] if g["measure"] == "queue delay" and g["group"]
+             != "all ports"]
+    assert len(ports) >= 2, ports
+    for g in ports:
+        e = fabric.link_of_iface(g["group"])
+        assert g["max_ms"] <= latency.queue_delay_bound_s(e.queue_packets, e.bw_mbps) * 1e3 \
+            + 1e-9, g
+    # the server's port is the one the pushes fill: its queue is where the delay is
+    manifest = json.loads((ps_run / "manifest.json").read_text())
+    server = next(p["host"] for p in manifest["processes"] if p["role"] == "server")
+    server_port = fabric.egress_iface(fabric.leaf_of(server), server)
+    worst = max(ports, key=lambda g: g["p99_ms"])
+    assert worst["group"] == server_port, ports
+    # RTT: a data frame crosses 3 switch egresses (leaf, spine, leaf) and its ACK 3 and
+    # the server's own. HTB's 15 kB bucket lets a frame through an idle port at once, so
+    # no single sample has a floor; but a sample taken while the server's port is
+    # backlogged (its bucket then empty: HTB holds packets only without tokens) waits at
+    # least its own frame's serialisation there, and the pushes keep that port
+    # backlogged for most of the samples: the median has that floor, at least.
+    frame_ms = 1514 * 8 / (RATE_MBPS * 1e6) * 1e3                   # 0.61 ms
+    assert head["rtt_p50_ms"] >= frame_ms, lat
+    assert head["rtt_p50_ms"] <= head["rtt_p99_ms"]
+
+
+def test_no_ack_returns_before_its_data_arrived(ps_run):
+    # Causality, per sample: the ACK that first covers a segment cannot reach the
+    # sender before the segment reached the receiver. The RTT code reads the ACKs at the
+    # sender; the sojourn code the data at the receiver's capture: two paths to the
+    # same clock. An ACK matched to a later segment than the one it covers would break it.
+    from incastlab.analysis.report import analyse
+
+    a = analyse(ps_run)
+    lt = a.tables["latency"]
+    rtt, soj = lt["rtt"], lt["sojourn"]
+    fabric = FabricMap.load(ps_run / "fabric.json")
+    at_dst = soj[soj["to_iface"] == soj["flow"].map(
+        lambda f: fabric.host_by_ip(f.split(">")[1].split(":")[0]).intf)]
+    # the same transmission: two segments can share a capture timestamp, not an IP id
+    both = rtt.merge(at_dst[["flow", "t", "ip_id", "sojourn_s"]], on=["flow", "t", "ip_id"])
+    assert len(both) >= 0.5 * len(rtt), (len(both), len(rtt))
+    late = both[both["rtt_s"] < both["sojourn_s"] - CAPTURE_TICK_S]
+    assert late.empty, late.head()
