@@ -397,11 +397,13 @@ def _figure(a, ev, path):
         smap = spine_of_iface(a.fabric)
         d = tcp_df[(tcp_df["payload_len"] > 0) & tcp_df["iface"].astype(str).isin(smap)]
         if len(d):
+            # 100 ms bins, empty ones as 0 (a spine that carries nothing must show it)
             d = d.assign(spine=d["iface"].astype(str).map(smap),
-                         bin=((d["t"] - t0) // 0.1) * 0.1)
+                         bin=((d["t"] - t0) // 0.1).astype(int))
+            bins = np.arange(d["bin"].min(), d["bin"].max() + 1)
             for spine, g in d.groupby("spine"):
-                counts = g.groupby("bin").size()
-                ax2.plot(counts.index, counts.to_numpy() * 10, lw=1, label=spine)
+                counts = g.groupby("bin").size().reindex(bins, fill_value=0)
+                ax2.plot(bins * 0.1, counts.to_numpy() * 10, lw=1, label=spine)
             ax2.legend(fontsize="small", loc="upper left")
     ax2.set_ylabel("data packets/s\non spine links")
     ax2.set_xlabel("time since run start (s)")

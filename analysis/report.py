@@ -21,6 +21,7 @@ from incastlab.topologies.fabricmap import FabricMap
 
 from . import chunked
 from . import episodes as ep
+from . import failover as fo
 from . import findings as fnd
 from . import inputs as inp
 from . import flowroles as fr
@@ -355,6 +356,10 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True,
         "missing": missing, "problems": problems,
         "analysis": inventory.to_json(),
     })
+    # events of the run and the failover they caused (failover.py; {} without events)
+    a.tables["events"] = guard("events and failover", lambda: fo.analyse(a), dict)
+    if a.tables["events"]:
+        a.metrics["events"] = _jsonable(fo.metrics(a.tables["events"]))
     # latency under load (latency.py): RTT samples, queueing delay, sojourn
     a.tables["latency"] = guard("latency under load", lambda: _latency(a, lat_parts), dict)
     a.metrics["latency"] = _jsonable(lat.summary(a.tables["latency"]))
@@ -488,8 +493,10 @@ def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
     figs = render.plot_all(a, out / "plots") if plots else {}
     if plots:
         figs["latency"] = lat.figure(a, out / "plots" / "latency.png")
+        figs["events"] = fo.figure(a, out / "plots" / "events.png")
     try:
-        sections = lat.with_section(render.sections(a, figs), a, figs)
+        sections = fo.with_section(lat.with_section(render.sections(a, figs), a, figs), a,
+                                   figs)
     except Exception:  # keep the banner and the numbers even if a section has a bug
         sections = [("Report error", f"<pre>{html.escape(traceback.format_exc())}</pre>",
                      "report section failed\n")]
