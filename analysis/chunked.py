@@ -200,12 +200,18 @@ def analyse_tcp(store: CaptureStore, *, rto_threshold_s: float = tcp.DEFAULT_RTO
     rank = {f: i for i, f in enumerate(flows["flow"])} if len(flows) else {}
 
     def by_flow(name, col="flow", then=None):
-        df = _cat([p[name] for p in parts])
+        """The parts of one table in one frame, by flow rank (after `then`), stable; the
+        parts are let go as they are merged (the merged copy is the only one left)."""
+        frames = [p[name] for p in parts]
+        for p in parts:
+            p[name] = None
+        df = _cat(frames)
+        del frames
         if len(df) == 0 or len(parts) == 1:
             return df
-        df = df.assign(_r=df[col].map(rank))
-        keys = ["_r"] if then is None else [then, "_r"]
-        return df.sort_values(keys, kind="stable").drop(columns="_r").reset_index(drop=True)
+        r = df[col].map(rank).to_numpy()
+        order = np.lexsort((r,) if then is None else (r, df[then].to_numpy()))  # stable
+        return df.take(order).reset_index(drop=True)
 
     reused = _cat([p["reused"] for p in parts])
     if len(reused) and len(parts) > 1:
@@ -219,10 +225,11 @@ def analyse_tcp(store: CaptureStore, *, rto_threshold_s: float = tcp.DEFAULT_RTO
         retrans["episode"] = [new[c, e] for c, e in zip(retrans["_c"], retrans["episode"],
                                                           strict=True)]
     retrans, eps = retrans.drop(columns="_c"), eps.drop(columns="_c")
+    bin_s = next((p["tput"].attrs["bin_s"] for p in parts if "bin_s" in p["tput"].attrs),
+                 None)  # the same in every part: the bins come from the run's data span
     tput = by_flow("tput")
-    if len(flows):
-        tput.attrs["bin_s"] = parts[0]["tput"].attrs.get("bin_s") or next(
-            p["tput"].attrs["bin_s"] for p in parts if "bin_s" in p["tput"].attrs)
+    if bin_s is not None:
+        tput.attrs["bin_s"] = bin_s
     flow_bytes = None
     if store.rows:
         flow_bytes = [_cat_series([p["bytes"][i] for p in parts]) for i in range(len(windows))]
