@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from incastlab.analysis import latency
@@ -73,11 +74,9 @@ def test_no_ack_returns_before_its_data_arrived(ps_run):
     # sender before the segment reached the receiver. The RTT code reads the ACKs at the
     # sender; the sojourn code the data at the receiver's capture: two paths to the
     # same clock. An ACK matched to a later segment than the one it covers would break it.
-    from incastlab.analysis.report import analyse
-
-    a = analyse(ps_run)
-    lt = a.tables["latency"]
-    rtt, soj = lt["rtt"], lt["sojourn"]
+    # the report's full tables (tables/*.csv), as a user would open them
+    rtt = pd.read_csv(ps_run / "tables" / "latency_rtt_samples.csv")
+    soj = pd.read_csv(ps_run / "tables" / "latency_sojourn.csv")
     fabric = FabricMap.load(ps_run / "fabric.json")
     at_dst = soj[soj["to_iface"] == soj["flow"].map(
         lambda f: fabric.host_by_ip(f.split(">")[1].split(":")[0]).intf)]
