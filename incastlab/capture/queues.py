@@ -5,6 +5,8 @@ keeps its pace whatever the runner does. One ``tc`` call per sample reads every
 interface of the root namespace (where the switch ports live); rows are kept for the
 interfaces asked for, reading the packet-holding child qdisc (handle ``10:``, see
 incastlab.topologies.links): its backlog is the queue, its drops are the queue's drops.
+The child is a pfifo (``topology.queue_packets``) or a bfifo (``topology.queue_bytes``);
+tc reports the backlog of either in bytes and in packets, and both are kept.
 
 Columns: t, switch, port, iface, backlog_bytes, backlog_pkts, drops, overlimits,
 sent_bytes, sent_pkts, requeues (counters cumulative, as tc reports them).
