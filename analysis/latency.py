@@ -406,17 +406,29 @@ def _figure(a, path):
         if rtt is not None and len(rtt) else {}
     q_groups = {}
     if qd is not None and len(qd):
-        busy = qd.groupby("iface")["weight"].sum().sort_values(ascending=False)
-        for iface in busy[busy > 0].index:
+        rank = []  # the ports where packets waited longest (p99, then packets)
+        for iface, g in qd.groupby("iface"):
+            if g["weight"].sum() > 0:
+                p99 = weighted_quantiles(g["delay_s"], g["weight"], (0.99,))[0]
+                rank.append((-p99, -g["weight"].sum(), str(iface)))
+        for _, _, iface in sorted(rank)[:FIGURE_GROUPS]:
             g = qd[qd["iface"] == iface]
-            q_groups[str(iface)] = (g["delay_s"].to_numpy(), g["weight"].to_numpy())
-    s_groups = {f"{x} → {y}": g["sojourn_s"].to_numpy()
-                for (x, y), g in soj.groupby(["from_iface", "to_iface"])} \
-        if soj is not None and len(soj) else {}
+            q_groups[iface] = (g["delay_s"].to_numpy(), g["weight"].to_numpy())
+    # sojourns from host to host (one-way delay) by flow role; those to a switch port
+    # (part of the path) are in the table
+    s_groups = {}
+    if soj is not None and len(soj):
+        hosts = {h.intf for h in a.fabric.hosts} if a.fabric is not None else None
+        e2e = soj[soj["to_iface"].isin(hosts)] if hosts is not None else soj
+        role = dict(zip(rtt["flow"], rtt["role"], strict=True)) \
+            if rtt is not None and len(rtt) else {}
+        for r, g in e2e.groupby(e2e["flow"].map(lambda f: role.get(f, "other"))):
+            s_groups[f"one-way {r}"] = g["sojourn_s"].to_numpy()
     return plots.latency_cdf(rtt_groups, q_groups, s_groups, path)
 
 
 SECTION_TITLE = "Latency under load"
+FIGURE_GROUPS = 5  # ports and capture pairs drawn (the table lists them all)
 
 
 def section(a, figs: dict) -> tuple[str, str, str]:

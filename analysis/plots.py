@@ -595,9 +595,9 @@ def latency_cdf(rtt: dict, queue: dict, sojourn: dict | None, path,
                 top_n: int = TOP_N) -> Path | None:
     """Latency under load as CDFs (analysis/latency.py): left, RTT samples (s) per flow
     role; right, queueing delay (s) per switch port, each sample weighted by the packets
-    the port sent ({iface: (delays, weights)}), with the measured sojourns between two
-    capture points dashed. Axes in ms; at most `top_n` groups per panel (the first given).
-    None when there is nothing to draw."""
+    the port sent ({iface: (delays, weights)}), with measured sojourns ({label: delays},
+    e.g. one-way host to host per flow role) dashed. Axes in ms; at most `top_n` groups
+    per panel (the first given). None when there is nothing to draw."""
     sojourn = sojourn or {}
     if not rtt and not queue and not sojourn:
         return None
@@ -612,9 +612,10 @@ def latency_cdf(rtt: dict, queue: dict, sojourn: dict | None, path,
     ax_r.set_title("RTT per flow role (samples)", fontsize="medium")
     for i, (iface, (v, w)) in enumerate(list(queue.items())[:top_n]):
         _cdf_line(ax_q, np.asarray(v) * 1e3, w, color=colours[i % len(colours)], label=iface)
+    shown_q = min(len(queue), top_n)  # sojourns take the colours after the ports'
     for i, (pair, v) in enumerate(list(sojourn.items())[:top_n]):
-        _cdf_line(ax_q, np.asarray(v) * 1e3, color=colours[(i + 3) % len(colours)], ls="--",
-                  label=f"sojourn {pair}")
+        _cdf_line(ax_q, np.asarray(v) * 1e3, color=colours[(shown_q + i) % len(colours)],
+                  ls="--", label=f"sojourn, {pair} ({len(v)})")
     if not queue and not sojourn:
         ax_q.text(0.5, 0.5, "no queue samples", ha="center", va="center",
                   transform=ax_q.transAxes, color="gray")
