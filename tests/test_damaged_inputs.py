@@ -239,3 +239,14 @@ def test_inventory_states_without_a_manifest_list(tmp_path):
     # captures switched off in the spec: their absence is no damage
     off = inp.read_captures(tmp_path, {}, {"capture": {"enabled": False}})[1]
     assert off[0].state == "missing" and off[0].expected is False
+
+
+def test_an_edge_sample_without_rows_is_not_truncation(run):
+    """The sampler counted 2 more samples than the file holds (taken while the qdiscs
+    were set up or removed; a real run showed 1 of 1779): whole. 3 more: truncated."""
+    m = json.loads((run / "manifest.json").read_text())
+    for extra, state in ((2, "ok"), (3, "truncated")):
+        m["queue_sampler"]["samples"] = 91 + extra
+        (run / "manifest.json").write_text(json.dumps(m))
+        e = analyse(run, cache=False).metrics["analysis"]["inputs"]["queues.csv"]
+        assert e["state"] == state, (extra, e)
