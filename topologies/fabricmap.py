@@ -35,10 +35,11 @@ FORMAT_VERSION = 1
 ROLES = ("spine", "leaf")
 DEFAULT_MTU = 1500
 # The MTUs an emulated link may have (bytes): 1280 (IPv6's minimum, far above what TCP
-# with timestamps needs) to 9000, the jumbo frames of training fabrics. Measured here:
-# veth takes 68..65535, OVS takes an mtu_request on a netdev port far above 9000, but the
-# userspace datapath sizes its receive buffers from the port's MTU and nothing above
-# 9000 was carried end to end (root test and benchmark at 1500 and 9000).
+# with timestamps needs) to 9000, the jumbo frames of training fabrics. Checked here:
+# veth takes 68..65535; OVS's netdev ports take mtu_request 9000 and carry 9,014-byte
+# frames (tests/test_jumbo_root.py); the userspace datapath sizes its receive buffers
+# from the port's MTU, and nothing above 9000 was carried end to end, so nothing above
+# is offered.
 MTU_RANGE = (1280, 9000)
 ETHERNET_HEADER = 14  # bytes in front of the IP packet (no FCS: captures do not hold it)
 TCP_IP_OVERHEAD = 52  # IPv4 20 + TCP 20 + the timestamp option 12
