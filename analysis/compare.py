@@ -419,6 +419,13 @@ def runs_html(runs: list[dict], declared: list, out: Path) -> str:
             "group's statistics: <a href='compare.csv'>compare.csv</a>.</p>")
 
 
+def _damaged_inputs(r: dict) -> str:
+    """'queues.csv truncated, pcap/h1-eth0.pcap missing' from a run's analysis.inputs."""
+    ins = (r.get("inputs") or {}).get("inputs") or {}
+    return ", ".join(f"{k} {v.get('state')}" for k, v in ins.items()
+                     if v.get("expected") and v.get("state") != "ok")
+
+
 def _all_zero(table: pd.DataFrame, metric: str) -> bool:
     vals = [v for vs in table.loc[table["metric"] == metric, "values"] for v in vs]
     return bool(vals) and all(v == 0 for v in vals)
@@ -430,7 +437,9 @@ def _load_runs(run_dirs) -> list[dict]:
         a = analyse(rd)
         runs.append({"dir": str(rd), "name": Path(rd).name, "status": a.status,
                      "reason": a.reason, "spec": a.spec, "manifest": a.manifest,
-                     "headline": a.metrics["headline"], "analysis": a})
+                     "headline": a.metrics["headline"], "analysis": a,
+                     "headline_na": a.metrics.get("headline_na") or {},
+                     "inputs": a.metrics.get("analysis") or {}})
     return runs
 
 
@@ -502,6 +511,13 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
             f"{len(left_out)} run(s) did not complete and are left out of the statistics: "
             + ", ".join(f"{r['name']} ({r['status']}{': ' + r['reason'] if r['reason'] else ''})"
                         for r in left_out)) + "</div>")
+    partial = [r for r in used if r["inputs"].get("complete") is False]
+    if partial:  # their n/a metrics are left out of the means, never counted as 0
+        body.append("<div class='banner' id='partial-runs'>" + html.escape(
+            f"{len(partial)} run(s) were analysed without some of their inputs; the metrics "
+            "those inputs feed are n/a there and left out of the statistics (n counts the "
+            "runs that measured them): " + "; ".join(
+                f"{r['name']} ({_damaged_inputs(r)})" for r in partial)) + "</div>")
     body.append("<p>Groups differ in: " + (html.escape(", ".join(keys)) or "nothing (all "
                 "runs share one spec apart from seeds)") + f". With {MIN_N_FOR_CI} or more "
                 "runs in a group: mean ± half-width of the 95 % confidence interval (Student "
@@ -523,8 +539,10 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
     report.write_text(page)
     mpath = out / "compare.json"
     mpath.write_text(json.dumps(_jsonable({
-        "groups_differ_in": keys, "runs": [{k: r[k] for k in ("dir", "group", "status",
-                                                              "reason", "headline")}
+        "groups_differ_in": keys, "runs": [{**{k: r[k] for k in ("dir", "group", "status",
+                                                                 "reason", "headline",
+                                                                 "headline_na")},
+                                            "analysis_complete": r["inputs"].get("complete")}
                                            for r in runs],
         "confounds": [{"check": c.check, "differs": c.differs, "text": c.text}
                       for c in checks],

@@ -250,3 +250,29 @@ def test_an_edge_sample_without_rows_is_not_truncation(run):
         (run / "manifest.json").write_text(json.dumps(m))
         e = analyse(run, cache=False).metrics["analysis"]["inputs"]["queues.csv"]
         assert e["state"] == state, (extra, e)
+
+
+def test_compare_leaves_a_partial_runs_na_out_of_the_means(pristine, tmp_path):
+    """Three copies of the run (tc_drops 6 each), one with queues.csv truncated (its
+    file holds 4): the group's tc_drops is 6 over n = 2, not 4 over 3 (n/a as 0) or
+    16/3 (the floor as a value), and the page names the partial run."""
+    from incastlab.analysis import compare_runs
+
+    runs = []
+    for k in range(3):
+        dst = tmp_path / f"r{k}"
+        shutil.copytree(pristine[0], dst)
+        m = json.loads((dst / "manifest.json").read_text())
+        m["pid"] = 1000 + k                     # three runs, not one given three times
+        (dst / "manifest.json").write_text(json.dumps(m))
+        runs.append(dst)
+    _cut_queues(runs[2], 0.2)
+    out = compare_runs(runs, tmp_path / "cmp")
+    table = pd.read_csv(out["table"]).set_index("metric")
+    assert table.loc["tc_drops", "n"] == 2 and table.loc["tc_drops", "mean"] == 6
+    assert table.loc["retransmissions", "n"] == 3                # its captures are whole
+    page = out["report"].read_text()
+    assert "id='partial-runs'" in page and "r2 (queues.csv truncated)" in page
+    data = json.loads(out["metrics"].read_text())
+    assert [r["analysis_complete"] for r in data["runs"]] == [True, True, False]
+    assert "at least 4" in data["runs"][2]["headline_na"]["tc_drops"]
