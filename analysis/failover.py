@@ -293,26 +293,33 @@ def controller_reaction(ctrl: pd.DataFrame, event: dict) -> dict:
             "repaired_s": float(first["t_installed"]) - t_ev}
 
 
-def restore_time(event: dict, later: list[dict]) -> float | None:
+def restore_time(event: dict, later: list[dict], fabric=None) -> float | None:
     """When a down event's failure ended: its own undo (duration_s), or the first later
-    up event on the same link or switch; None if the run ended first."""
+    up event on the same link (however either names it, with the fabric map) or switch;
+    None if the run ended first."""
     ends = [event.get("t_undo")] if event.get("t_undo") and event.get("duration_s") else []
     up = {"link_down": "link_up", "switch_down": "switch_up"}.get(event.get("action"))
     for other in later:
-        if other.get("action") == up and _same_target(other, event):
+        if other.get("action") == up and _same_target(other, event, fabric):
             ends.append(other.get("t"))
             break
     ends = [t for t in ends if t is not None]
     return min(ends) if ends else None
 
 
-def _same_target(a: dict, b: dict) -> bool:
+def _same_target(a: dict, b: dict, fabric=None) -> bool:
     pa, pb = a.get("params") or {}, b.get("params") or {}
     if "switch" in pa or "switch" in pb:
         return pa.get("switch") == pb.get("switch")
-    la, lb = pa.get("link"), pb.get("link")
-    return la == lb or (isinstance(la, list) and isinstance(lb, list)
-                        and sorted(la) == sorted(lb))
+    return _link_nodes(pa.get("link"), fabric) == _link_nodes(pb.get("link"), fabric)
+
+
+def _link_nodes(link, fabric) -> tuple | None:
+    """A link as its sorted node pair: ``["sp1", "lf2"]`` or an interface of it."""
+    if isinstance(link, str):
+        e = fabric.link_of_iface(link) if fabric is not None else None
+        return tuple(sorted((e.node, e.peer))) if e else (link,)
+    return tuple(sorted(link)) if isinstance(link, list) else None
 
 
 def analyse_events(run_dir, tcp_df, fabric, retrans, ctrl=None) -> dict:
@@ -327,7 +334,8 @@ def analyse_events(run_dir, tcp_df, fabric, retrans, ctrl=None) -> dict:
                **controller_reaction(ctrl, ev)}
         spines, _leaves, _drain = failed_spines(ev, fabric) if fabric else (set(), None, None)
         if spines and DOWN_ACTIONS.get(ev.get("action")) == "down" and tcp_df is not None:
-            f = flow_failover(tcp_df, fabric, ev, retrans, restore_time(ev, rows[i + 1:]))
+            f = flow_failover(tcp_df, fabric, ev, retrans,
+                              restore_time(ev, rows[i + 1:], fabric))
             flows.append(f)
             rec.update(flows_on_link=len(f), moved=int(f["first_new_s"].notna().sum()),
                        failover_median_s=float(f["failover_s"].median()) if len(f) else np.nan,

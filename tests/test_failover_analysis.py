@@ -120,6 +120,10 @@ def test_controller_reaction_and_restore_time():
     late = dict(down, t=T + 20)
     assert np.isnan(fo.controller_reaction(ctrl, late)["detect_s"])
     assert fo.restore_time(down, [up]) == T + 8.99
+    by_iface = dict(up, params={"link": "lf2-eth3"})  # the same link by an interface
+    assert fo.restore_time(down, [by_iface], FAB) == T + 8.99
+    other = dict(up, params={"link": "lf2-eth4"})
+    assert fo.restore_time(down, [other], FAB) is None
     assert fo.restore_time(down, []) is None
     timed = dict(down, duration_s=3.0, t_undo=T + 3.01)
     assert fo.restore_time(timed, []) == T + 3.01
