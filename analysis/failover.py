@@ -473,22 +473,28 @@ def section(a, figs: dict) -> tuple[str, str, str] | None:
         m.append(f"_{text}_\n")
     effects = _host_effects(a)
     if effects is not None and len(effects):
+        from . import eventeffects
+
+        rows = read_event_rows(a.run_dir)
+        t0 = rows[0].get("t0") if rows else None  # the workload's start
+        lines = [eventeffects.sentence(r, t0) for r in effects.to_dict("records")]
         th, tm = render.table(a, effects, "event_effects", keys=2)
-        h += ["<h3>Iteration times around each event</h3>", th]
-        m += ["\n### Iteration times around each event\n", tm]
+        h += ["<h3>Iteration times around each event</h3>",
+              "<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in lines) + "</ul>", th]
+        m += ["\n### Iteration times around each event\n",
+              "\n".join(f"- {x}" for x in lines) + "\n", tm]
     h.append(render.figure(figs, "events", "events on the iteration timeline"))
     m.append(render.md_img(figs, "events"))
     return SECTION_TITLE, "\n".join(h), "\n".join(m)
 
 
 def _host_effects(a) -> pd.DataFrame | None:
-    """The host events' own table (incastlab.hostevents.event_effects), if present."""
-    try:
-        from incastlab.hostevents import event_effects
-    except (ImportError, AttributeError):
-        return None
-    rows = event_effects(read_event_rows(a.run_dir), a.tables.get("iterations"))
-    return pd.DataFrame(rows) if rows else None
+    """Iteration times around each host event (analysis.eventeffects)."""
+    from . import eventeffects
+
+    table = eventeffects.iteration_windows(read_event_rows(a.run_dir),
+                                           a.tables.get("iterations"))
+    return table if len(table) else None
 
 
 def with_section(sections: list, a, figs: dict) -> list:
