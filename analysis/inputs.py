@@ -185,7 +185,8 @@ def read_captures(run_dir, manifest: dict, spec: dict,
         try:
             df = read_pcap(p, cache=cache)
         except PcapError as exc:
-            items.append(Input(name, "pcap", UNREADABLE, f"not a capture: {exc}", expected))
+            why = str(exc).removeprefix(f"{p}: ")  # the name is said already
+            items.append(Input(name, "pcap", UNREADABLE, f"not a capture: {why}", expected))
             continue
         except Exception as exc:  # noqa: BLE001 - one bad file must not cost the report
             items.append(Input(name, "pcap", UNREADABLE, f"{type(exc).__name__}: {exc}",
