@@ -8,6 +8,8 @@ module on 2 cores. Run it before and after changing one of these modules or its 
     .venv/bin/python benchmarks/mutation_score.py                    # all four modules
     .venv/bin/python benchmarks/mutation_score.py analysis/tcp.py    # one
     .venv/bin/python benchmarks/mutation_score.py --diffs            # survivors' diffs too
+    .venv/bin/python benchmarks/mutation_score.py analysis/pcap.py --only '*ip_to_str*'
+                                           # a few mutants only (a quick check of the set-up)
 
 It never touches the working tree: each module is mutated in a scratch copy
 (default /tmp/incastlab-mutation/<module>/), laid out as the installed package
@@ -20,6 +22,7 @@ Prints per module: mutants, killed, survived, others (timeouts, no tests), score
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -36,7 +39,8 @@ MODULES: dict[str, list[str]] = {
     "analysis/tcp.py": ["tests/test_analysis_tcp.py", "tests/test_analysis_tcp_mutants.py"],
     "analysis/reconcile.py": ["tests/test_analysis_units.py",
                               "tests/test_analysis_reconcile_mutants.py"],
-    "analysis/pcap.py": ["tests/test_analysis_pcap.py", "tests/test_analysis_pcap_mutants.py"],
+    "analysis/pcap.py": ["tests/test_analysis_pcap.py", "tests/test_analysis_pcap_mutants.py",
+                         "tests/test_pcap_mutants.py"],
     "incastlab/spec.py": ["tests/test_spec.py", "tests/test_spec_mutants.py"],
 }
 # repository folders mapped into the incastlab namespace by setup.py
@@ -130,12 +134,16 @@ def build_config(scratch: Path, module: str, tests: list[str],
     (scratch / "pyproject.toml").write_text(pytest_cfg + "\n" + mutmut_cfg)
 
 
-def read_results(scratch: Path, module: str) -> dict[str, int | None]:
-    """{mutant name: exit code} from mutmut's own record (mutants/<path>.meta)."""
+def read_results(scratch: Path, module: str, only: list[str] = ()) -> dict[str, int | None]:
+    """{mutant name: exit code} from mutmut's own record (mutants/<path>.meta); with
+    `only`, just the mutants whose names match one of those patterns."""
     meta = scratch / "mutants" / (installed_path(module) + ".meta")
     if not meta.exists():
         return {}
-    return json.loads(meta.read_text())["exit_code_by_key"]
+    res = json.loads(meta.read_text())["exit_code_by_key"]
+    if only:
+        res = {k: v for k, v in res.items() if any(fnmatch.fnmatchcase(k, p) for p in only)}
+    return res
 
 
 def diffs(scratch: Path, names: list[str]) -> str:
@@ -169,7 +177,7 @@ def source_tree(workdir: Path, ref: str | None) -> Path:
 
 
 def run_module(module: str, src: Path, workdir: Path, children: int, timeout_s: float,
-               show_diffs: bool, rerun: bool) -> dict:
+               show_diffs: bool, rerun: bool, only: list[str] = ()) -> dict:
     tests = [t for t in MODULES[module] if (src / t).exists()]
     scratch = workdir / module.replace("/", "_").removesuffix(".py")
     previous = read_results(scratch, module) if rerun else {}
@@ -198,14 +206,14 @@ def run_module(module: str, src: Path, workdir: Path, children: int, timeout_s: 
     with open(log, "w") as out:
         try:
             proc = subprocess.run([sys.executable, "-m", "mutmut", "run",
-                                   "--max-children", str(children)],
+                                   "--max-children", str(children), *only],
                                   cwd=scratch, stdout=out, stderr=subprocess.STDOUT,
                                   timeout=timeout_s, check=False, start_new_session=True)
             rc = proc.returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
     elapsed = time.monotonic() - t0
-    res = read_results(scratch, module)
+    res = read_results(scratch, module, only)
     killed = sorted(k for k, v in res.items() if v in KILLED)
     survived = sorted(k for k, v in res.items() if v in SURVIVED)
     other = sorted(k for k, v in res.items() if v not in KILLED | SURVIVED)
@@ -243,6 +251,9 @@ def main(argv=None) -> int:
     ap.add_argument("--diffs", action="store_true", help="print each survivor's diff")
     ap.add_argument("--ref", metavar="REV",
                     help="test a git revision's files (e.g. HEAD) instead of the working tree")
+    ap.add_argument("--only", action="append", default=[], metavar="PATTERN",
+                    help="only the mutants whose names match (fnmatch, e.g. "
+                         "'*x_ip_to_str*'; repeatable): a quick check, not a score")
     ap.add_argument("--rerun", action="store_true",
                     help="keep the last run's scratch copy and re-run only the mutants it "
                          "did not kill, against the current tests (after adding tests)")
@@ -253,7 +264,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
     src = source_tree(args.workdir, args.ref)
     rows = [run_module(m, src, args.workdir, args.children, args.timeout_s, args.diffs,
-                       args.rerun)
+                       args.rerun, args.only)
             for m in (args.modules or list(MODULES))]
     print("\n| module | mutants | killed | survived | other | score |")
     print("|---|---:|---:|---:|---:|---:|")

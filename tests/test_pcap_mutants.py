@@ -345,10 +345,16 @@ def test_walk_nanosecond_fractions_and_caplen_at_the_limit():
 # ------------------------------------------------------------------ resynchronisation
 
 def _resync(data, start=24, need=None, nano=False, lo=SEC - 10, hi=SEC + 10):
+    """`_resync` on `data`, searching 64 bytes at a time (CHUNK, 16 MiB in use, would hold
+    these captures in one step and leave the step loop untried)."""
     h4 = pcap._views(data, len(data), "<")["h4"]
-    if need is None:
-        return pcap._resync(h4, start, len(data), 65535, nano, lo, hi)
-    return pcap._resync(h4, start, len(data), 65535, nano, lo, hi, need)
+    chunk, pcap.CHUNK = pcap.CHUNK, 64
+    try:
+        if need is None:
+            return pcap._resync(h4, start, len(data), 65535, nano, lo, hi)
+        return pcap._resync(h4, start, len(data), 65535, nano, lo, hi, need)
+    finally:
+        pcap.CHUNK = chunk
 
 
 def _hdr_rec(sec=SEC, frac=0, cap=40, orig=None):
