@@ -27,8 +27,9 @@ Queueing delay (`queue_delay`)
     / the port's configured rate (fabric.json), the time the last packet in the queue
     waits for those before it. Percentiles weight each sample by the packets the port
     sent in the interval that ends at it, so they describe what the packets crossing
-    the port met; an idle port weighs nothing. A pfifo of Q packets of at most 1514
-    bytes bounds it: Q x 1514 x 8 / rate.
+    the port met; an idle port weighs nothing. The queue's limit bounds it: Q packets x
+    1514 bytes (a full frame at MTU 1500) x 8 / rate, or a byte limit x 8 / rate
+    (`port_bound_s`).
 
 Sojourn (`sojourns`)
     A data packet captured at its sender's capture and again at a later capture point
@@ -254,10 +255,21 @@ def queue_delay(queues_d: pd.DataFrame, fabric) -> pd.DataFrame:
                          "weight": w}, columns=QDELAY_COLUMNS)
 
 
-def queue_delay_bound_s(queue_packets: int, rate_mbps: float) -> float:
-    """The most a full pfifo of `queue_packets` frames of at most 1514 bytes delays a
-    packet at `rate_mbps`: Q x 1514 x 8 / rate (s)."""
-    return queue_packets * FRAME_MAX_BYTES * 8 / (rate_mbps * 1e6)
+def queue_delay_bound_s(queue_packets: int, rate_mbps: float,
+                        frame_bytes: int = FRAME_MAX_BYTES) -> float:
+    """The most a full pfifo of `queue_packets` frames of at most `frame_bytes` (1514 at
+    MTU 1500) delays a packet at `rate_mbps`: Q x 1514 x 8 / rate (s)."""
+    return queue_packets * frame_bytes * 8 / (rate_mbps * 1e6)
+
+
+def port_bound_s(fabric, iface: str) -> float | None:
+    """The most the switch egress queue behind `iface` delays a packet: its limit in
+    bytes (fabric.queue_limit_bytes: a bfifo's bytes, or a pfifo's packets x a full
+    frame at the fabric's MTU) x 8 / the port's rate (s); None for a host or an unknown
+    interface."""
+    e = fabric.link_of_iface(iface) if fabric is not None else None
+    limit = fabric.queue_limit_bytes(iface) if e is not None else None
+    return limit * 8 / (e.bw_mbps * 1e6) if limit and e.bw_mbps else None
 
 
 # ---------------------------------------------------------------- sojourn
@@ -329,10 +341,10 @@ def summary_table(rtt: pd.DataFrame, qdelay: pd.DataFrame, soj: pd.DataFrame,
                 continue
             e = fabric.link_of_iface(iface) if fabric is not None else None
             note = f"{g['rate_mbps'].iloc[0]:g} Mbit/s"
-            if e is not None and e.queue_packets:
-                note += (f", {e.queue_packets} packets = "
-                         f"{queue_delay_bound_s(e.queue_packets, e.bw_mbps) * 1e3:.3g} ms "
-                         f"when full; {e.kind} to {e.peer}")
+            full = port_bound_s(fabric, iface)
+            if full is not None:
+                note += (f", {fabric.queue_limit_text(iface)} = {full * 1e3:.3g} ms when "
+                         f"full; {e.kind} to {e.peer}")
             rows.append({"measure": "queue delay", "group": iface,
                          **stats_ms(g["delay_s"], g["weight"]), "note": note})
     if soj is not None and len(soj):

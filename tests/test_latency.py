@@ -191,6 +191,8 @@ def test_queue_delay_is_backlog_over_rate_weighted_by_packets_sent():
         (12.112, 12.112, 24.224, 24.224))
     bound = latency.queue_delay_bound_s(20, 10.0) * 1e3
     assert bound == pytest.approx(24.224) and st["max_ms"] <= bound + 1e-9
+    assert latency.port_bound_s(fabric, "lf2-eth1") * 1e3 == pytest.approx(bound)
+    assert latency.port_bound_s(fabric, "h3-eth0") is None  # a host's own queue
     tab = latency.summary_table(None, qd, None, fabric)
     row = tab[tab["group"] == "lf2-eth1"].iloc[0]
     assert "24.2 ms when full" in row["note"] and "h3" in row["note"]
