@@ -17,7 +17,11 @@ cross lf1 -> spine -> lf2 (3 bridges each): achieved/configured and the same ove
 MTU's own ceiling ((mtu - 52)/(mtu + 14): 0.956 at 1500, 0.993 at 9000), the aggregate
 goodput, and ovs-vswitchd's CPU (share of one core, mean and max of 1 s samples from
 /proc, all its threads) with the machine's busy share: where the ratio falls while
-ovs-vswitchd sits near a full core, the datapath is the ceiling.
+ovs-vswitchd sits near a full core, the datapath is the ceiling. Two figures that hold
+even on a loaded machine (where other processes starve ovs-vswitchd): its cost, core-
+seconds per Gbit of aggregate goodput (each bit crossing three bridges), and the
+aggregate it would carry with a whole core at that cost (goodput / mean core share; an
+estimate of where it saturates, valid while the flows, not the CPU, set the rate).
 
 Bring-up/teardown: a 2×4×4 fabric brought up and torn down by incastlab (queues on every
 port, offloads off, controller, readiness including an all-pairs ping) against the
@@ -81,7 +85,8 @@ def compare_mtus(mtus: list[int], rates: list[float], flows: int, seconds: float
     """Achieved/configured at rising load for each MTU, with ovs-vswitchd's CPU."""
     rows = []
     print(f"\n{'mtu':>5} {'rate':>5} {'flows':>5} {'aggregate':>9} {'min':>7} {'ratio':>6} "
-          f"{'/ceiling':>8} {'ovs mean':>8} {'ovs max':>7} {'busy':>5}")
+          f"{'/ceiling':>8} {'ovs mean':>8} {'ovs max':>7} {'busy':>5} {'core-s/Gbit':>11} "
+          f"{'at 1 core':>9}")
     for mtu in mtus:
         for rate in rates:
             got, usage = measure_rates(rate, flows, seconds, tmp, mtu=mtu, cpu=True)
@@ -92,14 +97,28 @@ def compare_mtus(mtus: list[int], rates: list[float], flows: int, seconds: float
                    "ratio_to_ceiling": mean / rate / goodput_ceiling(mtu),
                    "vswitchd_mean_core_share": usage["vswitchd_mean_core_share"],
                    "vswitchd_max_core_share": usage["vswitchd_max_core_share"],
+                   "vswitchd_core_s_per_gbit": _per(usage["vswitchd_mean_core_share"],
+                                                    sum(got) / 1e3),
+                   "aggregate_at_one_core_mbps": _per(sum(got),
+                                                      usage["vswitchd_mean_core_share"]),
                    "machine_mean_busy": usage["mean_busy"], "saturated": usage["saturated"]}
             rows.append(row)
             print(f"{mtu:5d} {rate:5g} {flows:5d} {sum(got):9.1f} {min(got):7.2f} "
                   f"{row['ratio']:6.3f} {row['ratio_to_ceiling']:8.3f} "
                   f"{_pct(usage['vswitchd_mean_core_share']):>8} "
                   f"{_pct(usage['vswitchd_max_core_share']):>7} "
-                  f"{_pct(usage['mean_busy']):>5}", flush=True)
+                  f"{_pct(usage['mean_busy']):>5} "
+                  f"{_fmt(row['vswitchd_core_s_per_gbit'], '.2f'):>11} "
+                  f"{_fmt(row['aggregate_at_one_core_mbps'], '.0f'):>9}", flush=True)
     return rows
+
+
+def _per(a, b) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _fmt(x, spec: str) -> str:
+    return "n/a" if x is None else format(x, spec)
 
 
 def _pct(x) -> str:
