@@ -307,3 +307,67 @@ def test_register_twice_is_refused():
     events.actions()
     with pytest.raises(ValueError, match="event action 'link_down' is registered already"):
         events.register_action("link_down", lambda e, s: [], lambda c, e: None, None)
+
+
+# --- the network actions' commands, without a fabric -----------------------------------
+
+@pytest.fixture
+def commands(monkeypatch):
+    """Record the commands netevents would run; OVS answers with one controller."""
+    from incastlab import netevents
+    ran = []
+    targets = {"sp1": ["tcp:127.0.0.1:6653"]}
+
+    def get(bridge):
+        return list(targets.get(bridge, []))
+
+    def run(argv):
+        ran.append(list(argv))
+        if argv[:2] == ["ovs-vsctl", "del-controller"]:
+            targets[argv[2]] = []
+        elif argv[:2] == ["ovs-vsctl", "set-controller"]:
+            targets[argv[2]] = argv[3:]
+    monkeypatch.setattr(netevents, "_run", run)
+    monkeypatch.setattr(netevents, "controller_targets", get)
+    return ran, targets
+
+
+def ctx_on(tmp_path):
+    from tests.test_controller_units import fmap
+    return events.EventContext(fabric=None, net=None, fmap=fmap(2, 2, 2), run_dir=tmp_path)
+
+
+def test_link_actions_set_the_switch_ends_only(tmp_path, commands):
+    from incastlab import netevents
+    ran, _targets = commands
+    ctx = ctx_on(tmp_path)
+    got = netevents.link_down(ctx, events.Event("link_down", params={"link": ["sp1", "lf2"]}))
+    assert got == {"down": ["sp1-eth2", "lf2-eth3"]}
+    # a host link: the leaf's port only; the host's own interface keeps its routes
+    got = netevents.link_down(ctx, events.Event("link_down", params={"link": "h3-eth0"}))
+    assert got == {"down": ["lf2-eth1"]}
+    netevents.link_up(ctx, events.Event("link_up", params={"link": "lf2-eth1"}))
+    assert ran == [["ip", "link", "set", "dev", "sp1-eth2", "down"],
+                   ["ip", "link", "set", "dev", "lf2-eth3", "down"],
+                   ["ip", "link", "set", "dev", "lf2-eth1", "down"],
+                   ["ip", "link", "set", "dev", "lf2-eth1", "up"]]
+
+
+def test_switch_down_cuts_control_and_ports_and_up_restores_both(tmp_path, commands):
+    from incastlab import netevents
+    ran, targets = commands
+    ctx = ctx_on(tmp_path)
+    down = events.Event("switch_down", params={"switch": "sp1"}, index=0)
+    got = netevents.switch_down(ctx, down)
+    assert got == {"controllers_removed": ["tcp:127.0.0.1:6653"],
+                   "down": ["sp1-eth1", "sp1-eth2"]}
+    assert ran[0] == ["ovs-vsctl", "del-controller", "sp1"] and targets["sp1"] == []
+    ran.clear()
+    # brought back by a switch_up event of its own: the targets switch_down removed
+    netevents.switch_up(ctx, events.Event("switch_up", params={"switch": "sp1"}, index=1))
+    assert ran == [["ip", "link", "set", "dev", "sp1-eth1", "up"],
+                   ["ip", "link", "set", "dev", "sp1-eth2", "up"],
+                   ["ovs-vsctl", "set-controller", "sp1", "tcp:127.0.0.1:6653"]]
+    ran.clear()
+    netevents.switch_up(ctx, down)  # teardown's undo again: ports up, targets already right
+    assert ["ovs-vsctl", "set-controller", "sp1", "tcp:127.0.0.1:6653"] not in ran
