@@ -192,6 +192,15 @@ def run_module(module: str, src: Path, workdir: Path, children: int, timeout_s: 
         data["exit_code_by_key"] = {k: (v if v in KILLED else None)
                                     for k, v in data["exit_code_by_key"].items()}
         meta.write_text(json.dumps(data))
+        # mutmut resets every verdict when the list of test files changes (its
+        # "test_selection" fingerprint), e.g. a new test file for the module. Tests were
+        # only added, so what they killed stays killed: forget the fingerprint; mutmut
+        # then finds the added tests as new tests and maps them to the functions they run.
+        stats = scratch / "mutants" / "mutmut-stats.json"
+        if stats.exists():
+            saved = json.loads(stats.read_text())
+            saved.pop("config_fingerprint", None)
+            stats.write_text(json.dumps(saved))
         build_config(scratch, module, tests)
     else:
         build_scratch(src, scratch, module, tests)
