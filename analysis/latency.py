@@ -355,8 +355,11 @@ def summary_table(rtt: pd.DataFrame, qdelay: pd.DataFrame, soj: pd.DataFrame,
 
 
 def analyse(a) -> dict:
-    """The latency tables of an `report.Analysis` (its tcp, flows and queues_d tables,
-    fabric and manifest): {'rtt', 'queue_delay', 'sojourn', 'summary'}."""
+    """The latency tables of an Analysis-like object whose `tables['tcp']` holds every
+    packet (with its flows and queues_d tables, fabric and manifest): {'rtt',
+    'queue_delay', 'sojourn', 'summary'}. report.analyse does not call this: it reduces
+    `rtt_samples` and `sojourns` a group of connections at a time (chunked.py) and
+    builds the same dict (report._latency)."""
     t = a.tables
     rtt = rtt_samples(t.get("tcp"), t.get("flows"), a.fabric, a.manifest)
     qd = queue_delay(t.get("queues_d"), a.fabric)
