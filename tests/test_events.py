@@ -361,7 +361,10 @@ def test_switch_down_cuts_control_and_ports_and_up_restores_both(tmp_path, comma
     got = netevents.switch_down(ctx, down)
     assert got == {"controllers_removed": ["tcp:127.0.0.1:6653"],
                    "down": ["sp1-eth1", "sp1-eth2"]}
-    assert ran[0] == ["ovs-vsctl", "del-controller", "sp1"] and targets["sp1"] == []
+    assert ran == [["ip", "link", "set", "dev", "sp1-eth1", "down"],
+                   ["ip", "link", "set", "dev", "sp1-eth2", "down"],
+                   ["ovs-vsctl", "del-controller", "sp1"]]  # the data plane first
+    assert targets["sp1"] == []
     ran.clear()
     # brought back by a switch_up event of its own: the targets switch_down removed
     netevents.switch_up(ctx, events.Event("switch_up", params={"switch": "sp1"}, index=1))
