@@ -153,7 +153,7 @@ def test_tree_shape_and_slices():
     assert [tree_height(n) for n in range(1, 9)] == [0, 1, 1, 2, 2, 2, 2, 3]
     assert tree_slices(1000) == 1  # below one 16 KiB slice
     assert tree_slices(64 * 1024) == 4
-    assert tree_slices(4 << 20) == 32  # capped
+    assert tree_slices(4 << 20) == 64  # capped (TREE_SLICES)
 
 
 def test_leaf_groups_put_leaders_first():
