@@ -68,7 +68,7 @@ def mean_ci(values) -> dict:
 
 MIN_N_FOR_CI = 3  # fewer runs in a group: show each run's value, no interval
 # units of quantities that cannot be negative: their intervals stop at 0
-NONNEG_UNITS = set(metrics.COUNT_UNITS) | {"Mbit/s", "fraction", "bytes", "versions"}
+NONNEG_UNITS = set(metrics.COUNT_UNITS) | {"Mbit/s", "fraction", "bytes", "versions", "ms"}
 
 
 class DuplicateRunError(ValueError):
