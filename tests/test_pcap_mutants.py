@@ -130,8 +130,16 @@ class Calls:
         return [e for e in self.log if e[0] == kind]
 
 
-@pytest.fixture
+DEFAULT_CHUNK = pcap.CHUNK
+
+
+@pytest.fixture(autouse=True)
 def calls(monkeypatch):
+    """Every test runs under the spy (a parser that loops fails at once instead of hanging)
+    and searches record starts 64 KiB at a time instead of 16 MiB, so the step loops run
+    on these small captures too (the answer may not depend on it:
+    test_results_do_not_depend_on_the_chunk_sizes)."""
+    monkeypatch.setattr(pcap, "CHUNK", 1 << 16)
     return Calls(monkeypatch)
 
 
@@ -508,6 +516,7 @@ def test_results_do_not_depend_on_the_chunk_sizes(monkeypatch):
         + struct.pack("<I", SEC + 7) + bytes(11),
         "boundaries": ghdr() + _boundary_records(12),
     }
+    monkeypatch.setattr(pcap, "CHUNK", DEFAULT_CHUNK)
     want = {k: parse_pcap_bytes(v) for k, v in captures.items()}
     for chunk, rchunk in ((17, 1), (64, 2), (100, 3)):
         monkeypatch.setattr(pcap, "CHUNK", chunk)
