@@ -186,7 +186,11 @@ class FabricApp(app_manager.OSKenApp):
         self._installed.discard(dp.id)
         # A port-status sent while it was away is lost: its own reports start afresh
         # (a link it lost is still dead through its peer's report).
-        self._down_ports = {key for key in self._down_ports if key[0] != dp.id}
+        t_seen = time.time()
+        stale = {key for key in self._down_ports if key[0] == dp.id}
+        revived = [key for key in stale if not self.port_alive(*key)]
+        self._down_ports -= stale
+        revived = [key for key in revived if self.port_alive(*key)]
         self.logger.info("switch %s (%016x) connected", switch.name, dp.id)
         self.install_proactive(dp, switch)
         barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
@@ -194,6 +198,11 @@ class FabricApp(app_manager.OSKenApp):
             dp.set_xid(barrier)
             self._barriers[dp.id] = barrier.xid
             dp.send_msg(barrier)
+        if revived:
+            # links it had reported down before it went away (a switch_down) live again:
+            # the other switches' routes must come back over them too
+            self.reroute({"t_seen": f"{t_seen:.6f}", "switch": switch.name, "port": "",
+                          "iface": "", "peer": "", "state": "up", "policy": self.POLICY})
 
     def install_proactive(self, dp, switch) -> None:
         parser, ofp = dp.ofproto_parser, dp.ofproto

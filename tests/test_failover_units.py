@@ -204,3 +204,33 @@ def test_a_port_not_in_the_map_and_a_repeated_report_change_nothing(tmp_path):
     port_status(app, lf2, 5)
     assert len(lf2.sent) == n
     app.close()
+
+
+@pytest.mark.parametrize("policy", ["single", "ecmp"])
+def test_a_switch_that_reported_its_own_ports_down_brings_routes_back_on_reconnect(
+        tmp_path, policy):
+    """switch_down: sp1 reports its ports down, then disconnects; at switch_up its
+    neighbours report up, but only sp1's reconnection clears its own reports: then every
+    leaf must route over sp1 again (ecmp: group 1, not sp2's alone)."""
+    app, f, dps = make_app(policy, tmp_path)
+    lf1, lf2, sp1 = dps[f.leaf(1).dpid], dps[f.leaf(2).dpid], dps[f.spine(1).dpid]
+    before = {dpid: replay(dp) for dpid, dp in dps.items()}
+    for dp, port in ((sp1, 1), (sp1, 2), (lf1, 5), (lf2, 5)):
+        port_status(app, dp, port)
+    app._state_change(SimpleNamespace(datapath=sp1, state="dead"))  # not DEAD_DISPATCHER
+    for dp, port in ((lf1, 5), (lf2, 5)):
+        port_status(app, dp, port, down=False)
+    assert app.usable_spines(1, 2) == [2], "sp1's own reports still hold"
+    app._switch_features(SimpleNamespace(msg=SimpleNamespace(datapath=sp1)))
+    assert app.usable_spines(1, 2) == [1, 2]
+    for dpid, dp in dps.items():
+        flows, groups = replay(dp)
+        old_flows, old_groups = before[dpid]
+        assert {k: out_ports(a, groups) for k, a in flows.items()} == \
+            {k: out_ports(a, old_groups) for k, a in old_flows.items()}, f"{policy} {dpid:x}"
+    finish_barriers(app, dps)
+    app.close()
+    rows = list(csv.DictReader(open(tmp_path / "failover.csv")))
+    # one row per link that died (sp1-lf1, sp1-lf2), one for the reconnection
+    assert [(r["switch"], r["port"], r["state"]) for r in rows] == [
+        ("sp1", "1", "down"), ("sp1", "2", "down"), ("sp1", "", "up")]
