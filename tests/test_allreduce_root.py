@@ -24,13 +24,29 @@ from tests.rootnet import run_complete
 pytestmark = pytest.mark.root
 ROOT = Path(__file__).resolve().parents[1]
 ALGORITHMS = ("ring", "halving-doubling", "tree", "hierarchical")
-# measured / bound allowed. Measured on this fabric (specs/allreduce-algorithms.toml,
-# 2026-12-01, the CPU shared with other jobs): ring 1.53, halving-doubling 1.64 and 1.69,
-# tree 1.52, hierarchical 1.29; a quieter run: 1.02, 1.64, 1.40, 1.02. Halving-doubling's
-# six phases run one after the other,
-# each a new burst from idle connections at 50 Mbit/s into a 20 Mbit/s uplink, which
-# overflows and recovers before the next phase may start; the others keep pipelines busy.
-LIMIT = {"ring": 1.6, "halving-doubling": 2.0, "tree": 1.6, "hierarchical": 1.6}
+# measured / bound allowed (the mean over ranks and iterations of each rank's all-reduce
+# time, as the report has it). For ring, tree and hierarchical, three parts:
+# - TARGET: each algorithm within 10 % of its bound (benchmarks/allreduce_efficiency.py's
+#   target; on this fabric on a quiet machine: ring and hierarchical 1.02).
+# - START_SKEW: a rank's clock starts when its previous all-reduce ended, and ranks end
+#   it at different times, so the early ones count their wait for the late ones. Mean
+#   over ranks, measured (2026-12-01): ring 0.07-0.12 of the bound, hierarchical
+#   0.06-0.11, tree 0.01-0.04.
+# - CPU: the all-reduce itself (last rank in to last rank out) measured up to 1.19 of
+#   the bound at load average 11-13 (other sessions' tests on the 2 cores): 0.09 above
+#   TARGET, allowed 0.10; CI runs one test at a time, so less.
+# Measured with these (2026-12-01, load average 11-13, two runs): ring 1.08, 1.07; tree
+# 1.11, 1.10; hierarchical 1.12, 1.16. (Before the tree ran its two directions
+# independently: tree 1.40-1.52.)
+# Halving-doubling's six phases run one after the other, each a new burst from idle
+# connections at 50 Mbit/s into a 20 Mbit/s uplink, which overflows and recovers before
+# the next phase may start, so it does not reach the target here: 1.39-1.69 measured
+# (quiet and loaded alike). Its allowance: the highest measured plus one more loss
+# recovered by a retransmission timeout per all-reduce (the kernel's 200 ms minimum RTO,
+# over its 1.706 s bound).
+TARGET, START_SKEW, CPU = 1.10, 0.12, 0.10
+LIMIT = {"ring": TARGET + START_SKEW + CPU, "tree": TARGET + START_SKEW + CPU,
+         "hierarchical": TARGET + START_SKEW + CPU, "halving-doubling": 1.69 + 0.200 / 1.706}
 
 
 @pytest.fixture(scope="module")
