@@ -67,19 +67,47 @@ def _applied(run_dir: Path) -> list[dict]:
     return [r for r in read_events(run_dir) if r.get("kind") == "apply"]
 
 
-def test_a_killed_worker_fails_a_sync_ps_with_the_reason(tmp_path):
+PAUSE_RANK_0 = """
+    [[events]]
+    at_iteration = 3
+    action = "worker_pause"
+    rank = 0
+    duration_s = 2.0
+"""
+
+
+def test_a_paused_then_a_killed_worker_under_a_sync_ps(tmp_path):
+    """h3 paused for 2 s is the straggler the others wait for; then h2 is killed and
+    the run fails with the reason."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    status, manifest = _run(_spec_file(tmp_path, KILL_RANK_1), run_dir,
-                            QUICK + ["workload.mode=sync"])
+    status, manifest = _run(_spec_file(tmp_path, PAUSE_RANK_0 + KILL_RANK_1.replace(
+        "at_iteration = 3", "at_iteration = 8")), run_dir, QUICK + ["workload.mode=sync"])
     assert status == "failed"
     reason = manifest["reason"]
     # placement: workers h3, h2, h4 -> rank 1 is h2 (app rank 2: the PS is rank 0)
-    assert reason.startswith("1 of its processes killed (worker rank 2 on h2 by events[0] "
-                             "(worker_kill at iteration 3)); the job tolerates 0 lost: "), reason
+    assert reason.startswith("1 of its processes killed (worker rank 2 on h2 by events[1] "
+                             "(worker_kill at iteration 8)); the job tolerates 0 lost: "), reason
     assert "worker rank 2 lost; mode sync needs every worker's gradient each step" in reason
-    (kill,) = _applied(run_dir)
+    pause, kill = _applied(run_dir)
     assert kill["ok"] and kill["result"]["killed"][0]["rank"] == 2
+    assert pause["ok"] and pause["result"]["paused"][0]["rank"] == 1
+    # the paused worker: the straggler of the step it held up, which the others waited
+    # for (straggler_wait) about as long as the pause
+    a = analyse(run_dir)
+    att = a.tables["attribution"]
+    held = att[(att["t_start"] < pause["t"] + 1.0) & (att["t_end"] > pause["t"] + 1.0)]
+    assert set(held["host"]) == {"h2", "h3", "h4"}, held
+    others = held[held["host"] != "h3"]
+    assert (others["straggler_wait_s"] > 1.5).all(), others[["host", "straggler_wait_s"]]
+    from incastlab.analysis import training
+
+    steps = training.steps(a.tables["iterations"])
+    # the step the others waited in (h3's own row there may be the step before: paused
+    # while pulling, it pushed its next gradient late)
+    (waited,) = set(others["iteration"])
+    step = steps[steps["iteration"] == waited]
+    assert list(step["straggler"]) == [1]  # app rank 1 = worker rank 0 = h3
     # failed at once (the PS saw the connection close), far within the 15 s timeout
     assert manifest["end"] - kill["t"] < 15, manifest["end"] - kill["t"]
 
