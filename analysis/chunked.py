@@ -82,14 +82,16 @@ class CaptureStore:
         h = connection_hash(*(df[c].to_numpy()[keep] for c in tcp.FLOW_KEY))
         order = np.argsort(h, kind="stable")  # stable: a connection's rows keep their order
         k = len(self.ifaces)
-        for name, dtype in KEEP:
+        t_range, data_range = self.t_range, self.data_range
+        for name, dtype in KEEP:  # a failure here (disk full) leaves the store as it was
             col = df[name].to_numpy()[keep][order].astype(dtype, copy=False)
             np.save(self.dir / f"{k}.{name}.npy", col)
             if name == "t" and len(col):
-                self.t_range = _widen(self.t_range, col)
+                t_range = _widen(t_range, col)
             elif name == "payload_len" and (col > 0).any():
                 t = np.load(self.dir / f"{k}.t.npy", mmap_mode="r")
-                self.data_range = _widen(self.data_range, t[col > 0])
+                data_range = _widen(data_range, t[col > 0])
+        self.t_range, self.data_range = t_range, data_range
         self.ifaces.append(iface)
         self._cum.append(np.concatenate([[0], np.cumsum(np.bincount(h, minlength=NHASH))]))
         self.rows += int(keep.sum())

@@ -169,3 +169,28 @@ def test_report_is_the_same_in_one_chunk_and_in_one_per_connection(run):
             drop=True)
     for name in one.tables:
         _assert_same(one.tables[name], many.tables[name], name)
+
+
+def test_a_capture_that_cannot_be_stored_leaves_the_store_as_it_was(run, monkeypatch):
+    """Disk full while one capture's columns are written: the captures before it are
+    analysed as if it had not been added (nothing half-written is read back)."""
+    # the second capture's packets run later than the first's: its times would widen
+    # the store's span if they were taken before its columns were all written
+    first, second = run / "pcap" / "lf2-eth2.pcap", run / "pcap" / "h1-eth0.pcap"
+    with chunked.CaptureStore() as store:
+        store.add(first.stem, read_pcap(first, cache=False))
+        before = (list(store.ifaces), store.rows, store.t_range, store.data_range,
+                  store.frame())
+        real_save, saved = np.save, []
+
+        def save(path, arr):  # the fourth column of the second capture hits a full disk
+            if len(saved) == 3:
+                raise OSError(28, "No space left on device")
+            saved.append(path)
+            real_save(path, arr)
+
+        monkeypatch.setattr(np, "save", save)
+        with pytest.raises(OSError):
+            store.add(second.stem, read_pcap(second, cache=False))
+        assert (list(store.ifaces), store.rows, store.t_range, store.data_range) == before[:4]
+        pd.testing.assert_frame_equal(store.frame(), before[4])
