@@ -183,7 +183,11 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True,
     n_packets = {}
     for iface, df in pcaps.items():
         n_packets[iface] = len(df)
-        store.add(iface, df)
+        try:
+            store.add(iface, df)
+        except OSError as exc:  # e.g. a full disk: the report goes on without its packets
+            problems.append(f"capture {iface}: its TCP packets could not be kept for the "
+                            f"analysis ({exc}); they are left out")
         # what inputs.py still reads of a capture (its last packet's time), not its rows
         pcaps[iface] = (df[["t"]].iloc[[int(df["t"].to_numpy().argmax())]] if len(df)
                         else df[["t"]])
