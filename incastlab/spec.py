@@ -290,6 +290,9 @@ class Spec:
     # [[events]] (incastlab.events): tables as written until validated, then Events
     # sorted by time; not sweepable, every sweep point gets them all
     events: list = field(default_factory=list)
+    # [[jobs]] (incastlab.multijob): several jobs on one fabric, each a JobEntry holding
+    # its own [workload] table; [] = the one job of [workload]
+    jobs: list = field(default_factory=list)
     source: str | None = field(default=None, compare=False, repr=False)
 
     # -- serialisation --
@@ -301,6 +304,11 @@ class Spec:
             out[table] = {k: v for k, v in values.items() if v is not None}
         if self.events:
             out["events"] = [_events.as_table(e) for e in self.events]
+        if self.jobs:  # [[jobs]] replaces [workload] (both are refused on loading)
+            from incastlab import multijob
+
+            del out["workload"]
+            out["jobs"] = [multijob.as_table(j) for j in self.jobs]
         return out
 
     def to_toml(self) -> str:
@@ -372,6 +380,10 @@ class Spec:
             return []
         if self.capture.ports != "default":
             return list(self.capture.ports)
+        if self.jobs:
+            from incastlab import multijob
+
+            return multijob.capture_interfaces(self)
         placed = self.placement()
         names = [naming.intf_name(h, 0) for h in placed.servers + placed.workers]
         if self.topology.kind == "leafspine" and placed.servers:
@@ -495,6 +507,11 @@ def loads_spec(text: str, overrides: Iterable[str] = (), *,
     errors: list[str] = []
     _apply_overrides(raw, overrides, errors)
     raw_events = raw.pop("events", [])
+    raw_jobs = raw.pop("jobs", None)
+    if raw_jobs is not None and "workload" in raw:
+        errors.append("workload, jobs: both [workload] and [[jobs]] given; with [[jobs]] "
+                      "each job is its own table: leave [workload] out")
+        raw.pop("workload")
     tables = _split_tables(raw, errors)
     tables["run"].setdefault("name", name)
     # a byte limit replaces the packet limit's default; both given is refused (below)
@@ -502,6 +519,11 @@ def loads_spec(text: str, overrides: Iterable[str] = (), *,
         tables["topology"].setdefault("queue_packets", None)
     spec = Spec(**{t: cls(**tables[t]) for t, cls in TABLES.items()}, events=raw_events,
                 source=source)
+    if raw_jobs is not None:  # each job's table validated as [workload] is (multijob.py)
+        from incastlab import multijob
+
+        spec.jobs, found = multijob.parse(raw_jobs, spec, capabilities)
+        errors += found
     errors += _problems(spec, capabilities)
     if errors:
         raise SpecError(errors, source)
@@ -704,6 +726,10 @@ def _point_problems(p: Spec, caps: dict[str, Any], bad: set[str]) -> list[str]:
             and ok("routing.app") and not r.app:
         errors.append(f"routing.app: missing; policy {r.policy} needs at least one app, a .py "
                       "file or a module name")
+    if p.jobs:  # the jobs' own tables were checked on loading; here: do they fit
+        from incastlab import multijob
+
+        return errors + multijob.problems(p, _shape(p))
     if not ok("workload.kind"):
         return errors
     job = jobs.JOBS[w.kind]
