@@ -331,3 +331,100 @@ def write_job_dirs(spec, planned: list[PlannedJob], run_dir: Path) -> None:
             "placement": {"servers": list(p.servers), "workers": list(p.workers)},
             "processes": [{"rank": la.rank, "host": la.host, "role": la.role}
                           for la in pj.launches]}, indent=2))
+
+
+# --- running them (called by incastlab.runner) ----------------------------------------------
+
+PROGRESS_EVERY_S = 2.0
+
+
+def run_jobs(spec, fab, fmap, run_dir: Path, manifest, progress, deadline: float,
+             captures: list, procs: list) -> dict:
+    """Start every job (each ``start_offset_s`` after the first), wait until all have
+    ended, and return the capture stats if captures had to stop early (as the one-job
+    wait does). ``procs`` receives every process started, for the runner to stop on
+    every path out. A job's failed process fails the run, naming the job; the run
+    completes when every job has. Per-job start and end times go to the manifest."""
+    import json
+    import shutil
+    import time
+
+    from incastlab import hostevents
+    from incastlab import runner
+
+    planned = plan(spec, fmap.ip_by_host(), run_dir)
+    write_job_dirs(spec, planned, run_dir)
+    records = manifest_jobs(spec, planned)
+    manifest.update(jobs=records, processes=[
+        {"job": pj.index, "rank": la.rank, "host": la.host, "role": la.role}
+        for pj in planned for la in pj.launches])
+    started: dict[int, list] = {}
+    ended: dict[int, float] = {}
+    truncated: dict = {}
+    t0 = time.monotonic()
+    wall0 = time.time()
+    last_shown, last_text = 0.0, ""
+
+    def record(pj, **what) -> None:
+        records[pj.index].update(what)
+        manifest.update(jobs=records)
+        (job_dir(run_dir, pj.index) / "times.json").write_text(json.dumps(
+            {k: records[pj.index].get(k) for k in ("started_at", "ended_at", "duration_s")}))
+
+    while True:
+        now = time.monotonic()
+        for pj in planned:
+            if pj.index not in started and now - t0 >= pj.offset_s:
+                progress.phase(f"job {pj.index} ({pj.kind}) starting "
+                               f"({len(pj.launches)} processes)")
+                started[pj.index] = runner._start_workload(fab, pj.launches, pj.log_dir)
+                procs.extend(started[pj.index])
+                record(pj, started_at=wall0 + (time.monotonic() - t0))
+        for pj in planned:
+            if pj.index not in started or pj.index in ended:
+                continue
+            codes = [p.poll() for p in started[pj.index]]
+            verdict = hostevents.exit_verdict(
+                pj.launches, codes, {}, 0,
+                lambda la, d=pj.log_dir: (d / f"{la.rank}.stderr").read_text(
+                    errors="replace").strip())
+            if verdict is None:
+                continue
+            if verdict[0] != "complete":
+                raise runner.RunFailed(verdict[0], f"job {pj.index} ({pj.kind}): {verdict[1]}")
+            ended[pj.index] = time.monotonic()
+            at = wall0 + (ended[pj.index] - t0)
+            record(pj, ended_at=at, duration_s=at - records[pj.index]["started_at"])
+            progress.phase(f"job {pj.index} ({pj.kind}) complete")
+        if len(ended) == len(planned):
+            return truncated
+        failed = fab.controller_failed()
+        if failed:
+            raise runner.RunFailed("failed", failed.splitlines()[0])
+        if time.monotonic() > deadline:
+            raise runner.RunFailed("failed", f"the run exceeded run.duration_limit_s = "
+                                             f"{spec.run.duration_limit_s:g} s (bring-up "
+                                             "included)")
+        if captures and shutil.disk_usage(run_dir).free < runner.LOW_FREE_BYTES:
+            truncated = {cap.iface: cap.stop() for cap in captures}
+            progress.phase("disk nearly full: captures stopped")
+            captures.clear()
+        if time.monotonic() - last_shown >= PROGRESS_EVERY_S:
+            text = "; ".join(_progress_text(pj, spec.jobs[pj.index]) for pj in planned
+                             if pj.index in started and pj.index not in ended)
+            if text and text != last_text:
+                progress.phase(text)
+                last_text = text
+            last_shown = time.monotonic()
+        time.sleep(0.2)
+
+
+def _progress_text(pj: PlannedJob, entry: JobEntry) -> str:
+    """``job 0 (ring): 2/5`` — the fewest steps any of its counting processes logged."""
+    from incastlab import runner
+
+    job = jobs.JOBS[pj.kind]
+    done = [runner._progress_logged(pj.log_dir / f"{la.rank}.jsonl", job.progress_event)
+            for la in pj.launches if la.counts_iterations]
+    return (f"job {pj.index} ({pj.kind}): {min(done, default=0)}/"
+            f"{job.expected_progress(entry.workload)}")

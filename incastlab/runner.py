@@ -22,6 +22,7 @@ from incastlab.capture import counters
 from incastlab.capture.cpu import CpuMonitor
 from incastlab import events as run_events
 from incastlab import hostevents
+from incastlab import multijob
 from incastlab.capture.pcap import start_captures
 from incastlab.controller.registry import POLICIES
 from incastlab.fabric import DEFAULT_CONTROLLER_PORT, Fabric, Terminated
@@ -149,6 +150,16 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
                 progress.phase("captures starting")
                 captures = start_captures(fab, spec.capture_interfaces(), run_dir / "pcap",
                                           spec.capture.snaplen, spec.run.phase_timeout_s)
+            if spec.jobs:  # several jobs on one fabric (incastlab/multijob.py)
+                with CpuMonitor() as cpu:
+                    try:
+                        truncated = multijob.run_jobs(spec, fab, fmap, run_dir, manifest,
+                                                      progress, deadline, captures, procs)
+                    finally:
+                        manifest.update(cpu=cpu.summary())
+                if truncated:
+                    manifest.update(capture_drops=truncated, captures_truncated="disk nearly full")
+                return  # the finally below stops every process and capture
             job = job_for(spec.workload.kind)
             launches = job.launches(spec, fmap.ip_by_host(), str(run_dir / "workers"))
             placed = spec.placement()
