@@ -118,11 +118,17 @@ class PortBytes:
         self.fabric = fabric
         self.ip_host = rundir.host_by_ip(fabric)
         self.parts: list[pd.DataFrame] = []
+        self.problems: list[str] = []
 
     def add(self, port: str, packets: pd.DataFrame) -> None:
-        if self.ip_job:  # a one-job run: nothing to attribute
+        if not self.ip_job:  # a one-job run: nothing to attribute
+            return
+        try:
             self.parts.append(port_bytes_by_job(packets, port, self.ip_job, self.fabric,
                                                 self.ip_host))
+        except Exception as exc:  # noqa: BLE001 - said in the report, the rest goes on
+            self.problems.append(f"bytes by job at {port} could not be computed "
+                                 f"({type(exc).__name__}: {exc})")
 
     def table(self) -> pd.DataFrame:
         parts = [p for p in self.parts if len(p)]
@@ -226,6 +232,8 @@ def analyse(a, port_bytes: PortBytes | None) -> dict:
         return {}
     ip_job = ip_jobs(host_jobs(a.manifest), a.fabric)
     pb = port_bytes.table() if port_bytes is not None else pd.DataFrame(columns=PORT_COLUMNS)
+    if port_bytes is not None:
+        a.problems += port_bytes.problems
     pl = port_losses_by_job(a.tables.get("losses"), ip_job)
     subs, rows = {}, []
     for r in records:

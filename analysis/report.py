@@ -28,6 +28,7 @@ from . import flowroles as fr
 from . import interactive
 from . import jobcost
 from . import latency as lat
+from . import multijob as mj
 from . import metrics as mt
 from . import render
 from . import queues as qmod
@@ -181,8 +182,10 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True,
     pcaps, capture_inputs = inp.read_captures(run_dir, manifest, spec, cache)
     store = chunked.CaptureStore()
     n_packets = {}
+    job_ports = mj.PortBytes(manifest, fabric)  # [[jobs]]: each port's bytes per job
     for iface, df in pcaps.items():
         n_packets[iface] = len(df)
+        job_ports.add(iface, df)
         try:
             store.add(iface, df)
         except OSError as exc:  # e.g. a full disk: the report goes on without its packets
@@ -367,6 +370,10 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True,
     # latency under load (latency.py): RTT samples, queueing delay, sojourn
     a.tables["latency"] = guard("latency under load", lambda: _latency(a, lat_parts), dict)
     a.metrics["latency"] = _jsonable(lat.summary(a.tables["latency"]))
+    # [[jobs]] (multijob.py): each job's own analysis, shared queues by job ({} for one job)
+    a.tables["jobs"] = guard("jobs on the fabric", lambda: mj.analyse(a, job_ports), dict)
+    if a.tables["jobs"]:
+        a.metrics["jobs"] = _jsonable(mj.metrics(a.tables["jobs"]))
     readings = mt.evaluate(a, kind)
     a.metrics["headline"] = _jsonable(mt.headline(readings))
     a.metrics["headline_na"] = mt.not_available(readings)
@@ -501,6 +508,7 @@ def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
     try:
         sections = fo.with_section(lat.with_section(render.sections(a, figs), a, figs), a,
                                    figs)
+        sections = mj.with_section(sections, a, figs)
     except Exception:  # keep the banner and the numbers even if a section has a bug
         sections = [("Report error", f"<pre>{html.escape(traceback.format_exc())}</pre>",
                      "report section failed\n")]
