@@ -355,9 +355,9 @@ def run_jobs(spec, fab, fmap, run_dir: Path, manifest, progress, deadline: float
     planned = plan(spec, fmap.ip_by_host(), run_dir)
     write_job_dirs(spec, planned, run_dir)
     records = manifest_jobs(spec, planned)
-    manifest.update(jobs=records, processes=[
-        {"job": pj.index, "rank": la.rank, "host": la.host, "role": la.role}
-        for pj in planned for la in pj.launches])
+    # each job's processes in its own record: the manifest's one-job `processes` would
+    # name logs under workers/, where no job writes
+    manifest.update(jobs=records)
     started: dict[int, list] = {}
     ended: dict[int, float] = {}
     truncated: dict = {}
