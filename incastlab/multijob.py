@@ -11,6 +11,10 @@ fields, validated by the job registry exactly as ``[workload]`` is; problems nam
   every leaf and the jobs share each leaf's uplinks). Every job gives the same value
   (or none: ``"packed"``).
 - ``start_offset_s``: seconds after the first job starts that this job starts (0).
+- ``launch``: false keeps the job's hosts but starts nothing on them (true). ``incastlab
+  sweep`` of a [[jobs]] spec runs each point together and each job alone on the hosts it
+  has together (axis ``jobs=together``, ``jobs=alone-<i>``: :func:`with_alone`), and the
+  comparison gives each job's iteration time together over alone (:func:`slowdown`).
 
 With ``[[jobs]]``, ``[workload]`` must be absent. 2 to :data:`MAX_JOBS` jobs. A job's
 hosts are its servers then its workers (the order its plugin's ``roles()`` counts),
@@ -47,7 +51,7 @@ from incastlab.topologies import naming
 MAX_JOBS = 3
 PLACEMENTS = ("packed", "interleaved")
 PORT_STEP = 100   # job i's ports: the plan's + PORT_STEP * i
-OWN_KEYS = ("placement", "start_offset_s")
+OWN_KEYS = ("placement", "start_offset_s", "launch")
 # [workload] fields that place one job on the fabric by itself: [[jobs]] places them all
 PLACING_KEYS = ("ps_leaf", "worker_leaves")
 # fields a [[jobs]] table may not set (not yet per job): the runner sets them per run
@@ -63,6 +67,7 @@ class JobEntry:
     workload: Any
     placement: str = "packed"
     start_offset_s: float = 0.0
+    launch: bool = True
     valid: bool = field(default=True, compare=False, repr=False)  # its own table passed
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -75,7 +80,8 @@ def as_table(entry: JobEntry) -> dict:
     """The TOML table of ``entry`` (spec.toml): its workload fields, then its own."""
     values = {k: v for k, v in dataclasses.asdict(entry.workload).items()
               if v is not None and k not in PLACING_KEYS}
-    return {**values, "placement": entry.placement, "start_offset_s": entry.start_offset_s}
+    return {**values, "placement": entry.placement, "start_offset_s": entry.start_offset_s,
+            "launch": entry.launch}
 
 
 # --- parsing and validation (called by incastlab.spec) ------------------------------------
@@ -125,6 +131,10 @@ def parse(raw_jobs, spec, capabilities) -> tuple[list[JobEntry], list[str]]:
             errors.append(f"{where}.start_offset_s: {offset!r} is not a number from 0 to "
                           f"{MAX_OFFSET_S:g} (s)")
             offset = 0.0
+        launch = own.get("launch", True)
+        if not isinstance(launch, bool):
+            errors.append(f"{where}.launch: {launch!r} is not true or false")
+            launch = True
         # the job's table checked as the [workload] of a copy of the spec, alone
         view = copy.deepcopy(spec)
         view.jobs = []
@@ -139,8 +149,10 @@ def parse(raw_jobs, spec, capabilities) -> tuple[list[JobEntry], list[str]]:
         valid = not job_errors and placement in PLACEMENTS
         if valid:
             view = specmod._normalized(view)
-        entries.append(JobEntry(view.workload, placement, float(offset), valid=valid,
-                                raw=table))
+        entries.append(JobEntry(view.workload, placement, float(offset), launch,
+                                valid=valid, raw=table))
+    if entries and not any(e.launch for e in entries):
+        errors.append("jobs: every job has launch = false; launch at least one")
     if spec.events:
         errors.append("events, jobs: [[events]] with [[jobs]] is not supported yet; run "
                       "the events on a one-job spec")
@@ -288,6 +300,8 @@ def plan(spec, ips: Mapping[str, str], run_dir: Path) -> list[PlannedJob]:
     placed = placements(spec)
     out = []
     for i, entry in enumerate(spec.jobs):
+        if not entry.launch:  # its hosts stay idle (the job alone is another's run)
+            continue
         log_dir = job_dir(run_dir, i) / "workers"
         view = job_view(spec, i, placed)
         launches = jobs.JOBS[entry.kind].launches(view, ips, str(log_dir))
@@ -302,16 +316,18 @@ def job_dir(run_dir: Path, index: int) -> Path:
 
 
 def manifest_jobs(spec, planned: list[PlannedJob]) -> list[dict]:
-    """The manifest's ``jobs``: which hosts belong to which job, and its processes."""
+    """The manifest's ``jobs`` (every job, indexed as in the spec): which hosts belong to
+    which job, whether it was launched, and its processes."""
     placed = placements(spec)
-    return [{"index": pj.index, "kind": pj.kind, "start_offset_s": pj.offset_s,
-             "servers": list(placed[pj.index].servers),
-             "workers": list(placed[pj.index].workers),
-             "hosts": [*placed[pj.index].servers, *placed[pj.index].workers],
-             "dir": f"jobs/job-{pj.index}",
+    launched = {pj.index: pj for pj in planned}
+    return [{"index": i, "kind": e.kind, "start_offset_s": e.start_offset_s,
+             "launched": i in launched,
+             "servers": list(placed[i].servers), "workers": list(placed[i].workers),
+             "hosts": [*placed[i].servers, *placed[i].workers],
+             "dir": f"jobs/job-{i}",
              "processes": [{"rank": la.rank, "host": la.host, "role": la.role}
-                           for la in pj.launches]}
-            for pj in planned]
+                           for la in launched[i].launches] if i in launched else []}
+            for i, e in enumerate(spec.jobs)]
 
 
 def write_job_dirs(spec, planned: list[PlannedJob], run_dir: Path) -> None:
@@ -428,3 +444,25 @@ def _progress_text(pj: PlannedJob, entry: JobEntry) -> str:
             for la in pj.launches if la.counts_iterations]
     return (f"job {pj.index} ({pj.kind}): {min(done, default=0)}/"
             f"{job.expected_progress(entry.workload)}")
+
+
+# --- each job alone (incastlab sweep) ---------------------------------------------------------
+
+def with_alone(runs: list) -> list:
+    """``expand_sweep``'s (label, spec) runs of a [[jobs]] spec, each point once with
+    every job (``jobs=together``) and once per job alone on the hosts it has together,
+    the others' hosts idle (``jobs=alone-<i>``); the label's ``rep=`` stays last. A spec
+    that already keeps a job idle (``launch = false``) runs as written."""
+    out = []
+    for label, point in runs:
+        if not all(e.launch for e in point.jobs):
+            out.append((label, point))
+            continue
+        head, _, rep = label.rpartition("rep=")
+        out.append((f"{head}jobs=together,rep={rep}", point))
+        for alone in range(len(point.jobs)):
+            single = copy.deepcopy(point)
+            for i, entry in enumerate(single.jobs):
+                entry.launch = i == alone
+            out.append((f"{head}jobs=alone-{alone},rep={rep}", single))
+    return out

@@ -943,6 +943,10 @@ def expand_sweep(spec: Spec) -> list[tuple[str, Spec]]:
             single.run.repetitions = 1
             single.run.seed = spec.run.seed + rep - 1
             runs.append((f"{label},rep={rep}" if label else f"rep={rep}", single))
+    if spec.jobs:  # and each job alone on its hosts (jobs=together / alone-<i>)
+        from incastlab import multijob
+
+        runs = multijob.with_alone(runs)
     return runs
 
 
