@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from . import accuracy, metrics, plots
+from . import multijob as mj
 from .render import CSS, _img
 from .report import _jsonable, analyse
 
@@ -460,6 +461,7 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
     keys = differing_keys([r["spec"] for r in runs])
     for r in runs:
         r["group"] = group_label(r["spec"], keys)
+    mj.regroup(runs, keys)  # [[jobs]]: jobs=together / alone-<i>, not the whole array
     used = [r for r in runs if include_incomplete or r["status"] == "complete"]
     declared = metrics.compared()  # the one declared list (metrics.py)
     units = {m.name: m.unit for m in declared}
@@ -504,6 +506,8 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
     tta_html, tta_figs, tta = accuracy.compare_section(
         [{**accuracy.run_inputs(r["analysis"]), "group": r["group"], "spec": r["spec"]}
          for r in used], out)
+    # [[jobs]]: each job's iteration time together / alone (analysis/multijob.py)
+    jobs_html, jobs_slow = mj.compare_section(used, out)
     left_out = [r for r in runs if r not in used]
     body = [f"<h1>Comparison of {len(runs)} runs</h1>"]
     if left_out:
@@ -525,6 +529,7 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
                 "</p>")
     body.append(confounds_html(checks))
     body.append(tta_html)
+    body.append(jobs_html)
     body.append("<h2>Headline metrics</h2>" + headline_table(table, declared))
     body.append(fabrics_html(used))
     body.append("<h2>Plots</h2>" + "".join(_img(p, p.stem) for p in figs))
@@ -547,6 +552,7 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
         "confounds": [{"check": c.check, "differs": c.differs, "text": c.text}
                       for c in checks],
         "time_to_accuracy": tta,
+        "jobs_slowdown": jobs_slow,
         "table": table.to_dict(orient="records")}), indent=2, default=str))
     return {"report": report, "table": table_path, "metrics": mpath, "plots": figs + tta_figs,
             "confounds": checks}

@@ -168,7 +168,8 @@ def shared_queues(port_bytes: pd.DataFrame, port_losses: pd.DataFrame) -> pd.Dat
 # --- each job's own analysis -----------------------------------------------------------------
 
 def job_records(a) -> list[dict]:
-    return list((a.manifest or {}).get("jobs") or [])
+    """The manifest's jobs that ran (a job with ``launch = false`` only kept hosts idle)."""
+    return [j for j in (a.manifest or {}).get("jobs") or [] if j.get("launched", True)]
 
 
 def job_analysis(a, record: dict):
@@ -320,3 +321,90 @@ def _cell(v) -> str:
     if isinstance(v, float):
         return "n/a" if np.isnan(v) else f"{v:.3g}"
     return str(v)
+
+
+# --- together / alone (incastlab sweep of a [[jobs]] spec; the comparison) ---------------------
+
+SLOWDOWN_COLUMNS = ["context", "job", "kind", "together_s", "alone_s", "slowdown",
+                    "n_together", "n_alone"]
+
+
+def run_mode(manifest: dict) -> str | None:
+    """``together`` (every job ran), ``alone-<i>`` (job i alone) or None (no [[jobs]])."""
+    jobs = (manifest or {}).get("jobs") or []
+    if not jobs:
+        return None
+    ran = [int(j["index"]) for j in jobs if j.get("launched", True)]
+    if len(ran) == len(jobs):
+        return "together"
+    return f"alone-{ran[0]}" if len(ran) == 1 else "+".join(map(str, ran))
+
+
+def slowdown(runs: list[dict]) -> pd.DataFrame:
+    """Each job's mean iteration time together over alone, per context (the sweep point
+    without its jobs axis). ``runs``: dicts with ``spec``, ``manifest`` and ``metrics``
+    (metrics.json's ``jobs``) as the comparison loads them."""
+    from .compare import flatten
+
+    rows: dict[tuple, dict] = {}
+    flat = [{k: v for k, v in flatten(r["spec"] or {}).items()
+             if not k.startswith("jobs") and not k.endswith(".seed") and k != "run.name"}
+            for r in runs]
+    keys = sorted(k for k in set().union(*flat) if len({repr(f.get(k)) for f in flat}) > 1) \
+        if flat else []
+    for r, f in zip(runs, flat, strict=True):
+        mode = run_mode(r.get("manifest"))
+        if mode is None:
+            continue
+        context = ",".join(f"{k.rsplit('.', 1)[-1]}={f.get(k)}" for k in keys) or "all"
+        for m in r.get("jobs") or []:
+            if m.get("iteration_mean_s") is None:
+                continue
+            if mode != "together" and mode != f"alone-{m['job']}":
+                continue
+            row = rows.setdefault((context, int(m["job"])), {
+                "context": context, "job": int(m["job"]), "kind": m.get("kind"),
+                "together": [], "alone": []})
+            row["together" if mode == "together" else "alone"].append(m["iteration_mean_s"])
+    out = []
+    for row in rows.values():
+        t = float(np.mean(row["together"])) if row["together"] else np.nan
+        a = float(np.mean(row["alone"])) if row["alone"] else np.nan
+        out.append({"context": row["context"], "job": row["job"], "kind": row["kind"],
+                    "together_s": t, "alone_s": a,
+                    "slowdown": t / a if a and not np.isnan(a) else np.nan,
+                    "n_together": len(row["together"]), "n_alone": len(row["alone"])})
+    return pd.DataFrame(out, columns=SLOWDOWN_COLUMNS)
+
+
+def compare_section(runs: list[dict], out_dir) -> tuple[str, list[dict]]:
+    """The comparison's "Each job together and alone" (HTML) and its rows (compare.json);
+    ("", []) when no run had [[jobs]]. Writes jobs_slowdown.csv into ``out_dir``."""
+    runs = [{"spec": r.get("spec"), "manifest": r.get("manifest"),
+             "jobs": ((r.get("analysis").metrics if r.get("analysis") is not None else {})
+                      or {}).get("jobs") or []} for r in runs]
+    t = slowdown(runs)
+    if t.empty:
+        return "", []
+    t.to_csv(Path(out_dir) / "jobs_slowdown.csv", index=False)
+    text = ("<h2>Each job together and alone</h2><p>Each job's mean iteration time with "
+            "every job on the fabric, alone on the same hosts (the others' hosts idle), and "
+            "their ratio: the job's slowdown from sharing the fabric.</p>")
+    return text + _table_html(t), t.to_dict(orient="records")
+
+
+def regroup(runs: list[dict], keys: list[str]) -> None:
+    """Runs of a [[jobs]] spec grouped by the other differing keys and their
+    ``jobs=together`` / ``jobs=alone-<i>`` (not by the whole [[jobs]] array, whose text
+    differs only in which jobs were launched)."""
+    from .compare import group_label
+
+    if "jobs" not in keys:
+        return
+    others = [k for k in keys if k != "jobs"]
+    for r in runs:
+        mode = run_mode(r.get("manifest"))
+        if mode is None:
+            continue
+        head = group_label(r["spec"], others) if others else ""
+        r["group"] = f"{head},jobs={mode}" if head else f"jobs={mode}"
