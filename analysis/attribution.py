@@ -320,8 +320,12 @@ def headline_sentence(summary: dict, per: str = "iteration") -> str:
                 "allows: its assumptions did not hold")
     else:
         head = f"per {per} the network cost {_s(cost)} s{pct_txt} over the bound"
-    text = (f"{head}; RTO stalls {_s(summary['rto_stall_s'])} s, loss recovery "
-            f"{_s(summary['loss_recovery_s'])} s, unexplained {_s(summary['unexplained_s'])} s")
+    if summary.get("rto_stall_s") is None:  # no whole captures: not told apart
+        text = f"{head}; unexplained {_s(summary['unexplained_s'])} s"
+    else:
+        text = (f"{head}; RTO stalls {_s(summary['rto_stall_s'])} s, loss recovery "
+                f"{_s(summary['loss_recovery_s'])} s, unexplained "
+                f"{_s(summary['unexplained_s'])} s")
     if (summary.get("schedule_s") or 0) >= 5e-4:
         text += (f" (the job's own schedule adds {_s(summary['schedule_s'])} s on any "
                  "network)")

@@ -71,7 +71,8 @@ def analyse_job(a) -> None:
                              "bound_s": bound.seconds, "formula": bound.formula,
                              "reason": "no iterations or rounds in the worker logs"}
         return
-    captured = not a.tables["flows"].empty
+    # losses and RTOs come from whole captures only (a damaged one: inputs.py)
+    captured = not a.tables["flows"].empty and "pcap" not in a.missing
     rto = attr.rto_intervals(a.tables["retrans"]) if captured else None
     rec = attr.recovery_intervals(a.tables["recovery_episodes"], a.tables["retrans"]) \
         if captured else None
@@ -80,6 +81,8 @@ def analyse_job(a) -> None:
                            depends_on=waits_on)
     a.tables["attribution"] = table
     summary = attr.run_summary(table)
+    if not captured:  # their time is inside the unexplained part, not known to be 0
+        summary["rto_stall_s"] = summary["loss_recovery_s"] = None
     ratio = (summary["measured_s"] - summary["compute_s"]) / bound.seconds \
         if bound.seconds > 0 else None
     a.metrics["cost"] = {

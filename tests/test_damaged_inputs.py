@@ -32,6 +32,7 @@ def pristine(tmp_path_factory):
     m["processes"] = [{"rank": r, "host": h, "role": role}
                       for r, h, role in ((0, "h3", "server"), (1, "h1", "worker"),
                                          (2, "h2", "worker"))]
+    m["placement"] = {"servers": ["h3"], "workers": ["h1", "h2"]}  # for the job's bound
     q = pd.read_csv(run / "queues.csv")
     m["queue_sampler"] = {"samples": int(q["t"].nunique()), "target_interval_ms": 10.0,
                           "bad_samples": 0}
@@ -62,6 +63,7 @@ def test_the_undamaged_run_is_complete_and_measured(pristine):
     assert h["retransmissions"] == truth["retrans"] and h["tc_drops"] == truth["tc_drops"]
     assert h["capture_losses"] == truth["losses"]
     assert not any("ANALYSIS PARTIAL" in p or "are n/a" in p for p in a.problems)
+    assert a.metrics["cost"]["available"] and a.metrics["cost"]["captures"] is True
 
 
 @pytest.mark.parametrize("damage,state", [
@@ -86,6 +88,9 @@ def test_a_damaged_receiver_capture_makes_capture_metrics_na(run, damage, state)
         assert "pcap/h3-eth0.pcap " + state in m["headline_na"][name]
     assert m["headline"]["kernel_retrans_segs"] == 5 and m["headline"]["tc_drops"] == 6
     assert any("pcap/h3-eth0.pcap" in p and "n/a" in p for p in m["problems"])
+    # the cost split does not quote RTO stalls or loss recovery from what is left
+    assert m["cost"]["captures"] is False and m["cost"]["rto_stall_s"] is None
+    assert "losses and RTOs cannot be told apart" in m["cost"]["sentence"]
     body = paths["report"].read_text().split("<body>", 1)[1]
     assert body.startswith("<div class='banner' id='partial-banner'>ANALYSIS PARTIAL")
     summary = paths["summary"].read_text()

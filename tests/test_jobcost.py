@@ -52,8 +52,10 @@ def test_ring_cost_against_a_hand_computed_bound(tmp_path):
     assert c["bound_s"] == pytest.approx(bound, rel=1e-9)
     assert c["ratio"] == pytest.approx((1.6 - 0.1) / bound)
     assert c["compute_s"] == pytest.approx(0.1)
-    # no captures: nothing can be called an RTO or a recovery, the rest is unexplained
-    assert c["rto_stall_s"] == 0 and c["loss_recovery_s"] == 0 and not c["captures"]
+    # no captures: nothing can be called an RTO or a recovery (not known, so null, not
+    # 0), the rest is unexplained
+    assert c["rto_stall_s"] is None and c["loss_recovery_s"] is None and not c["captures"]
+    assert "RTO stalls" not in c["sentence"] and "cannot be told apart" in c["sentence"]
     assert c["unexplained_s"] == pytest.approx(1.6 - 0.1 - bound)
     assert c["network_cost_s"] == pytest.approx(1.6 - 0.1 - bound)
     attr = a.tables["attribution"]
