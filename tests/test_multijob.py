@@ -214,3 +214,69 @@ def test_host_jobs_from_the_manifest():
                          {"index": 1, "servers": ["h3"], "workers": ["h7"]}]}
     assert mja.host_jobs(manifest) == {"h1": 0, "h5": 0, "h3": 1, "h7": 1}
     assert mja.host_jobs({}) == {}
+
+
+# --- together and alone ----------------------------------------------------------------------
+
+def test_a_sweep_runs_each_point_together_and_each_job_alone_on_the_same_hosts(tmp_path):
+    from incastlab.spec import expand_sweep
+
+    spec = loads_spec(two() + '\n[run]\nrepetitions = 2\n', allow_sweep=True)
+    runs = expand_sweep(spec)
+    assert [label for label, _ in runs] == [
+        "jobs=together,rep=1", "jobs=alone-0,rep=1", "jobs=alone-1,rep=1",
+        "jobs=together,rep=2", "jobs=alone-0,rep=2", "jobs=alone-1,rep=2"]
+    alone = dict(runs)["jobs=alone-1,rep=1"]
+    assert [e.launch for e in alone.jobs] == [False, True]
+    # the PS alone sits on the hosts it has together; nothing starts on the ring's
+    ips = synthetic.demo_fabric(leaves=2, hosts_per_leaf=4).ip_by_host()
+    planned = multijob.plan(alone, ips, tmp_path)
+    assert [pj.index for pj in planned] == [1]
+    assert [la.host for la in planned[0].launches] == ["h3", "h7", "h4", "h8"]
+    records = multijob.manifest_jobs(alone, planned)
+    assert [r["launched"] for r in records] == [False, True]
+    assert records[0]["hosts"] == ["h1", "h5", "h2", "h6"]
+    # what the run directory's spec.toml says loads back as it ran
+    assert loads_spec(alone.to_toml()) == alone
+    assert [e.launch for e in loads_spec(alone.to_toml()).jobs] == [False, True]
+    assert any("launch at least one" in e
+               for e in problems(two().replace('kind = "', 'launch = false\nkind = "')))
+
+
+def _manifest(launched):
+    return {"jobs": [{"index": i, "launched": flag} for i, flag in enumerate(launched)]}
+
+
+def test_each_jobs_slowdown_is_its_iteration_time_together_over_alone():
+    spec = {"topology": {"queue_packets": 50}, "run": {"seed": 1}}
+    runs = [
+        {"spec": spec, "manifest": _manifest([True, True]),
+         "jobs": [{"job": 0, "kind": "ring", "iteration_mean_s": 0.6},
+                  {"job": 1, "kind": "ps", "iteration_mean_s": 3.0}]},
+        {"spec": {**spec, "run": {"seed": 2}}, "manifest": _manifest([True, True]),
+         "jobs": [{"job": 0, "kind": "ring", "iteration_mean_s": 0.8},
+                  {"job": 1, "kind": "ps", "iteration_mean_s": 3.0}]},
+        {"spec": spec, "manifest": _manifest([True, False]),
+         "jobs": [{"job": 0, "kind": "ring", "iteration_mean_s": 0.35}]},
+        {"spec": spec, "manifest": _manifest([False, True]),
+         "jobs": [{"job": 1, "kind": "ps", "iteration_mean_s": 2.0}]},
+    ]
+    t = mja.slowdown(runs).set_index("job")
+    assert t.loc[0, "together_s"] == pytest.approx(0.7)  # the mean of its two runs
+    assert t.loc[0, "slowdown"] == pytest.approx(0.7 / 0.35)
+    assert t.loc[1, "slowdown"] == pytest.approx(1.5)
+    assert (t.loc[0, "n_together"], t.loc[0, "n_alone"]) == (2, 1)
+    assert mja.run_mode(_manifest([False, True])) == "alone-1"
+    assert mja.run_mode({}) is None
+
+
+def test_compare_groups_jobs_runs_by_together_and_alone():
+    specs = [{"jobs": [{"kind": "ring", "launch": a}, {"kind": "ps", "launch": b}],
+              "topology": {"queue_packets": q}}
+             for q in (20, 50) for a, b in ((True, True), (True, False))]
+    runs = [{"spec": s, "manifest": _manifest([j["launch"] for j in s["jobs"]])}
+            for s in specs]
+    mja.regroup(runs, ["jobs", "topology.queue_packets"])
+    assert [r["group"] for r in runs] == [
+        "queue_packets=20,jobs=together", "queue_packets=20,jobs=alone-0",
+        "queue_packets=50,jobs=together", "queue_packets=50,jobs=alone-0"]
