@@ -194,7 +194,8 @@ def job_analysis(a, record: dict):
     workers = rundir.load_workers(d)
     iters = training.iterations(workers)
     host_ips = a.fabric.ip_by_host() if a.fabric else {}
-    iters_ev = training.with_network_events(iters, None, a.tables.get("retrans"),
+    iters_ev = training.with_network_events(iters, a.tables.get("losses"),
+                                            a.tables.get("retrans"),
                                             a.tables.get("queues_d"), host_ips)
     steps = training.steps(iters)
     sub.tables.update(workers_raw=workers, iterations=iters_ev, steps=steps,
