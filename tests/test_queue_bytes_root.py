@@ -42,8 +42,9 @@ def test_a_byte_limited_queue_drops_at_its_limit(tmp_path):
     # and the samples saw it build up towards the limit. Not "within a frame of it": the
     # sampler reads every 10 ms while the port drains a frame every 0.12 ms, so a sample
     # catches the fullest moment only by chance (two runs saw 15,140 and 13,626 bytes,
-    # i.e. 10 and 9 frames); half the limit is what any overflow episode leaves in a
-    # sample, and the drops above already say the limit was reached
+    # i.e. 10 and 9 frames). Half the limit is a loose floor that still fails when the
+    # samples never saw the queue build (e.g. the sampler reading some other qdisc); the
+    # drops above already say the limit was reached
     assert port["backlog_bytes"].max() >= QUEUE_BYTES / 2
     build_report(tmp_path)
     rec = json.loads((tmp_path / "metrics.json").read_text())["reconciliation"]
