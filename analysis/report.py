@@ -237,14 +237,26 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True,
         retrans = tt.retrans
         attributed = rec.attribute_losses(lost, fabric, queues, flow_paths)
         fsum = tt.flow_summary
-        # the packets of the connection whose sequence graph the report draws (render.py):
-        # the run's packets are never all in memory at once
+        # tables["tcp"], for the views that read packets themselves (render.py's sequence
+        # graph, failover.py): all TCP packets when they fit in one chunk; beyond that
+        # only the connection of the worst flow (the sequence graph's), so that the run's
+        # packets are never all in memory at once
+        if store.rows <= chunk_packets:
+            return (store.frame(), flows, retrans, rec_eps, lost, spurious, attributed,
+                    fsum, tt.throughput, tt.flow_bytes, tt.extra)
         worst = fr.worst_flow(fsum, retrans)
         sample = store.frame(0, 0)
         if worst is not None:
             f = flows[flows["flow"] == worst].iloc[0]
             h = int(chunked.connection_hash(f.src, f.dst, f.sport, f.dport))
             sample = store.frame(h, h + 1)
+        sample.attrs["only_connection_of"] = worst
+        if (run_dir / fo.EVENTS_FILE).exists():
+            problems.append(f"The run's {store.rows} TCP packets are more than one chunk of "
+                            f"the analysis ({chunk_packets}): the events' failover table "
+                            "and figure see only the packets of the worst flow's connection "
+                            "(analyse(chunk_packets=...) larger to see all, at ~300 bytes "
+                            "a packet).")
         return (sample, flows, retrans, rec_eps, lost, spurious, attributed, fsum,
                 tt.throughput, tt.flow_bytes, tt.extra)
 
@@ -321,7 +333,7 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True,
                 "loss_curve": curve, "finals": finals, "workers_raw": workers,
                 "counters": counters, "recon": recon, "pcaps": n_packets,
                 "starts": training.starts(workers),
-                # only the worst flow's connection (render.py's sequence graph)
+                # all TCP packets up to chunk_packets, else the worst flow's connection
                 "tcp": tcp_df}
     # flows by the hosts and roles at their ends; the packets behind each finding
     labels = guard("flow labels", lambda: fr.flow_labels(flows, fabric, manifest), dict)
