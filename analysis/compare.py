@@ -461,7 +461,7 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
     keys = differing_keys([r["spec"] for r in runs])
     for r in runs:
         r["group"] = group_label(r["spec"], keys)
-    mj.regroup(runs, keys)  # [[jobs]]: jobs=together / alone-<i>, not the whole array
+    keys = mj.regroup(runs, keys)  # [[jobs]]: jobs=together / alone-<i>, not the array
     used = [r for r in runs if include_incomplete or r["status"] == "complete"]
     declared = metrics.compared()  # the one declared list (metrics.py)
     units = {m.name: m.unit for m in declared}

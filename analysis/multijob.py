@@ -394,14 +394,15 @@ def compare_section(runs: list[dict], out_dir) -> tuple[str, list[dict]]:
     return text + _table_html(t), t.to_dict(orient="records")
 
 
-def regroup(runs: list[dict], keys: list[str]) -> None:
+def regroup(runs: list[dict], keys: list[str]) -> list[str]:
     """Runs of a [[jobs]] spec grouped by the other differing keys and their
     ``jobs=together`` / ``jobs=alone-<i>`` (not by the whole [[jobs]] array, whose text
-    differs only in which jobs were launched)."""
+    differs only in which jobs were launched). Returns the differing keys without
+    ``jobs`` (an array of tables: no axis to plot or label by)."""
     from .compare import group_label
 
     if "jobs" not in keys:
-        return
+        return keys
     others = [k for k in keys if k != "jobs"]
     for r in runs:
         mode = run_mode(r.get("manifest"))
@@ -409,3 +410,4 @@ def regroup(runs: list[dict], keys: list[str]) -> None:
             continue
         head = group_label(r["spec"], others) if others else ""
         r["group"] = f"{head},jobs={mode}" if head else f"jobs={mode}"
+    return others

@@ -276,7 +276,7 @@ def test_compare_groups_jobs_runs_by_together_and_alone():
              for q in (20, 50) for a, b in ((True, True), (True, False))]
     runs = [{"spec": s, "manifest": _manifest([j["launch"] for j in s["jobs"]])}
             for s in specs]
-    mja.regroup(runs, ["jobs", "topology.queue_packets"])
+    assert mja.regroup(runs, ["jobs", "topology.queue_packets"]) == ["topology.queue_packets"]
     assert [r["group"] for r in runs] == [
         "queue_packets=20,jobs=together", "queue_packets=20,jobs=alone-0",
         "queue_packets=50,jobs=together", "queue_packets=50,jobs=alone-0"]
