@@ -120,7 +120,12 @@ def worst_queue(a) -> Finding:
     if len(g):
         t_peak = float(g.loc[g["backlog_pkts"].astype(float).idxmax(), "t"]) - a.t0
         when = f" {_s(t_peak)} after the start"
-    if limit and peak >= limit:
+    limit_bytes = _num(top.get("limit_bytes"))
+    if limit_bytes:  # a byte limit (topology.queue_bytes): its unit first, packets beside
+        peak_bytes = float(top["max_backlog_bytes"])
+        size = (f"{_n(peak_bytes)} bytes ({_plural(peak, 'packet')}) of a "
+                f"{_n(limit_bytes)}-byte limit")
+    elif limit and peak >= limit:
         size = f"{_plural(peak, 'packet')} (its limit)"
     else:
         size = _plural(peak, "packet") + (f" of a {_n(limit)}-packet limit" if limit else "")

@@ -314,7 +314,8 @@ def fabric_section(a) -> tuple[str, str, str]:
             f"{len(a.fabric.hosts)} hosts; links {a.fabric.host_bw_mbps:g} Mbit/s to hosts"
             + (f", {a.fabric.fabric_bw_mbps:g} Mbit/s leaf-spine"
                if a.fabric.fabric_bw_mbps else "")
-            + f"; switch queues of {a.fabric.queue_packets} packets"
+            + f"; switch queues of {a.fabric.queue_limit_text()}"
+            + (f"; MTU {a.fabric.mtu} bytes" if a.fabric.mtu != 1500 else "")
             + (f"; routing policy {policy}" if policy else "") + ".")
     md = text + "\n\n" + "".join(f"- {h}: {r}\n" for h, r in roles.items())
     return "The fabric", f"<p>{html.escape(text)}</p>{svg}", md

@@ -124,7 +124,7 @@ class IncastJob(Job):
                   "fabric_mbps": a.fabric.fabric_bw_mbps} \
             if spines and a.fabric.fabric_bw_mbps else {}
         return rep.costmodel.incast_bound(len(p.workers), float(w.block_bytes), b_r,
-                                          sender_mbps=rates, **fabric)
+                                          sender_mbps=rates, mtu=runview.mtu(a), **fabric)
 
     def attribution_rows(self, a):
         """Each round, at the receiver: every block's flow ends at its host."""

@@ -95,7 +95,8 @@ class MoeJob(Job):
         fabric = {"leaves": [runview.leaf_of(a, h) for h in p.workers], "spines": spines,
                   "fabric_mbps": a.fabric.fabric_bw_mbps} \
             if spines and a.fabric.fabric_bw_mbps else {}
-        return rep.costmodel.alltoall_bound(mat, rates, passes=2, **fabric)
+        return rep.costmodel.alltoall_bound(mat, rates, passes=2, mtu=runview.mtu(a),
+                                            **fabric)
 
     def attribution_rows(self, a):
         """Every expert host's steps; each all-to-all waits on every host."""

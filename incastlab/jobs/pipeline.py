@@ -185,7 +185,7 @@ class PipelineJob(Job):
         return rep.costmodel.pipeline_bound(
             len(p.workers), int(w.micro_batches), act, rates, fwd_s=fwd, bwd_s=bwd,
             leaves=[runview.leaf_of(a, h) for h in p.workers],
-            fabric_mbps=a.fabric.fabric_bw_mbps or None)
+            fabric_mbps=a.fabric.fabric_bw_mbps or None, mtu=runview.mtu(a))
 
     def schedule_s(self, a, bound) -> float:
         """The bubble, (S−1)(t_f+t_b): idle on any network, GPipe and 1F1B alike."""

@@ -155,7 +155,8 @@ class PsJob(Job):
         compute = runview.mean_compute_s(a) if w.mode != "sync" else 0.0
         return rep.costmodel.ps_bound(len(p.workers), len(p.servers),
                                       runview.gradient_bytes(a, w), w_rates, s_rates,
-                                      mode=w.mode, compute_s=compute, **leaves)
+                                      mode=w.mode, compute_s=compute, mtu=runview.mtu(a),
+                                      **leaves)
 
     def schedule_s(self, a, bound) -> float:
         """A sync PS pushes, then (after the barrier) pulls: its schedule adds

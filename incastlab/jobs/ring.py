@@ -117,9 +117,11 @@ class RingJob(Job):
 
         def of(nbytes: float):
             if algorithm == "ring":  # the same call as before the other algorithms came
-                return rep.costmodel.ring_bound(len(p.workers), nbytes, rates, **fabric)
+                return rep.costmodel.ring_bound(len(p.workers), nbytes, rates,
+                                                mtu=runview.mtu(a), **fabric)
             return rep.costmodel.allreduce_bound(algorithm, len(p.workers), nbytes, rates,
-                                                 slices=_logged_tree_slices(a), **fabric)
+                                                 slices=_logged_tree_slices(a),
+                                                 mtu=runview.mtu(a), **fabric)
 
         plan = _bucket_plan(a) if emulates_backward(w) else None
         return exposed_bound(of, m, plan) if plan else of(m)
@@ -153,11 +155,12 @@ class RingJob(Job):
         bound_s = float(ring["bound_s"].iloc[0])
         mean_s = float(ring["allreduce_s"].mean())
         if algorithm == "ring":
+            mtu = runview.mtu(a)
             txt = (f"all-reduce mean {rep.render.fmt(mean_s)} s vs 2(N−1)/N·M/B = "
                    f"{rep.render.fmt(bound_s)} s (ratio {rep.render.fmt(mean_s / bound_s)}; "
-                   "the framing of 1514-byte frames carrying 1448 payload bytes, and the ACKs "
-                   "of the incoming flow on the same link, make about 1.068 the best "
-                   "possible)")
+                   f"the framing of {mtu + 14}-byte frames carrying {mtu - 52} payload "
+                   "bytes, and the ACKs of the incoming flow on the same link, make about "
+                   f"{rep.costmodel.ack_framing(mtu):.3f} the best possible)")
         else:
             bound = a.tables.get("bound")
             txt = (f"{algorithm} all-reduce mean {rep.render.fmt(mean_s)} s vs its bound "

@@ -54,6 +54,13 @@ def host_mbps(a, host: str) -> float | None:
     return float(link.bw_mbps) if link is not None else None
 
 
+def mtu(a) -> int:
+    """The MTU (bytes) every interface of the run had, from the fabric map (1500 for a
+    map written before the field existed, or without a map): what the bounds' framing
+    uses (analysis.costmodel.framing_factor / ack_framing)."""
+    return int(getattr(a.fabric, "mtu", 1500) or 1500) if a.fabric is not None else 1500
+
+
 def leaf_of(a, host: str) -> str | None:
     return a.fabric.leaf_of(host) if a.fabric is not None else None
 

@@ -84,7 +84,8 @@ class TensorJob(Job):
             if spines and a.fabric.fabric_bw_mbps else {}
         return rep.costmodel.tensor_bound(len(p.workers), float(n.max()), rates,
                                           collectives=collectives,
-                                          alpha_s=alpha_s(a) or 0.0, **fabric)
+                                          alpha_s=alpha_s(a) or 0.0, mtu=runview.mtu(a),
+                                          **fabric)
 
     def bound(self, a):
         """All 2·layers all-reduces of a step, one after the other, each at its ring
