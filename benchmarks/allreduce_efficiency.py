@@ -215,7 +215,7 @@ def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path
             timeout: float = 120.0,
             monitor: Callable[[], ContextManager[Any]] | None = None,
             algos: tuple[str, ...] = ALGOS, leaves: list[str] | None = None,
-            fabric: tuple[int, float] | None = None) -> list[Result]:
+            fabric: tuple[int, float] | None = None, mtu: int = 1500) -> list[Result]:
     """Run every measurement; rank r runs on hosts[r] (reached at that address).
 
     `hosts` needs max(world_sizes) + 1 entries (the PS job has one extra rank: the
@@ -226,6 +226,7 @@ def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path
     to run. `leaves[i]`: the leaf of hosts[i] (the hierarchical algorithm's groups and
     the bounds' fabric term), `fabric` = (spines, leaf-spine Mbit/s); default: PER_LEAF
     hosts a leaf and a fabric that does not bind (2 spines at 3 x the host rate).
+    `mtu`: the links' MTU (bytes), which sets the bounds' framing (costmodel).
     """
     from incastlab.analysis import costmodel
     from incastlab.apps.ring import tree_slices
@@ -280,7 +281,8 @@ def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path
                 block = (m // 4 // n) * 4
                 mat = [[0 if i == j else block for j in range(n)] for i in range(n)]
                 bound = costmodel.alltoall_bound(mat, bandwidth_mbps, leaves=leaves[:n],
-                                                 spines=spines, fabric_mbps=fabric_mbps)
+                                                 spines=spines, fabric_mbps=fabric_mbps,
+                                                 mtu=mtu)
                 results.append(Result(algo, n, m, step, bound.seconds, cpu=cpu,
                                       framed_bound_s=bound.seconds, formula=bound.formula,
                                       idle_share=idle))
@@ -288,7 +290,7 @@ def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path
                 bound = costmodel.allreduce_bound(
                     "ring" if algo == "gloo" else algo, n, m, bandwidth_mbps,
                     leaves=leaves[:n], spines=spines, fabric_mbps=fabric_mbps,
-                    slices=tree_slices(m))
+                    slices=tree_slices(m), mtu=mtu)
                 plain = 2 * (n - 1) / n * m / rate if algo in ("ring", "gloo") \
                     else bound.seconds
                 results.append(Result(algo, n, m, step, plain, cpu=cpu,
@@ -356,7 +358,8 @@ def run_fabric(args: argparse.Namespace) -> list[Result]:
     need = max(args.world_sizes) + 1
     per_leaf, leaves = PER_LEAF, max(1, -(-need // PER_LEAF))
     topo = LeafSpineTopo(2, leaves, per_leaf, host_bw=args.bandwidth_mbps,
-                         fabric_bw=per_leaf * args.bandwidth_mbps, queue_packets=100)
+                         fabric_bw=per_leaf * args.bandwidth_mbps, queue_packets=100,
+                         mtu=args.mtu)
     with Fabric(topo, policy="ecmp", run_dir=out / "fabric") as fab:
         hosts = fabric_map(topo).hosts
         logs = []
@@ -373,7 +376,7 @@ def run_fabric(args: argparse.Namespace) -> list[Result]:
                            world_sizes=tuple(args.world_sizes), reps=args.reps,
                            timeout=args.timeout, monitor=lambda: CpuMonitor(0.5),
                            algos=tuple(args.algos), leaves=[f"lf{h.leaf}" for h in hosts],
-                           fabric=(2, per_leaf * args.bandwidth_mbps))
+                           fabric=(2, per_leaf * args.bandwidth_mbps), mtu=args.mtu)
         finally:
             for err in logs:
                 err.close()
@@ -413,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--loopback", action="store_true",
                    help="run all ranks on 127.0.0.1 (no Mininet)")
+    p.add_argument("--mtu", type=int, default=1500,
+                   help="fabric only: every link's MTU in bytes (9000: jumbo frames); the "
+                        "bounds' framing follows it")
     p.add_argument("--bandwidth-mbps", type=float, default=50.0,
                    help="link rate B for the bounds, Mbit/s (default: 50)")
     p.add_argument("--size-bytes", type=int, default=4 * MIB,
