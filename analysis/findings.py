@@ -219,6 +219,9 @@ def cost(a) -> Finding:
     c = attribution(a)
     if c is not None:
         return Finding("cost", _cost_sentence(c))
+    if a.metrics.get("jobs"):  # several jobs on one fabric: each against its own bound
+        return Finding("cost", "Several jobs shared the fabric: " + "; ".join(
+            _job_cost(j) for j in a.metrics["jobs"]) + ".")
     imp = a.metrics.get("training") or {}
     rb = a.metrics.get("ring") or {}
     rounds = a.tables.get("rounds")
@@ -253,6 +256,21 @@ def cost(a) -> Finding:
         return Finding("cost", text + ".")
     why = a.missing.get("workers", "no iteration or round events in the worker logs")
     return Finding("cost", f"What the network cost the training is unknown: {why}.")
+
+
+def _job_cost(j: dict) -> str:
+    """'job 0 (ring) 0.346 s an iteration, 1.34× its bound of 0.256 s; most losses at
+    lf1-eth1 (29)' from one entry of metrics.json `jobs` (analysis/multijob.py)."""
+    text = f"job {j.get('job')} ({j.get('kind')})"
+    if j.get("iteration_mean_s") is None:
+        return text + ": no iterations logged"
+    text += f" {_s(j['iteration_mean_s'])} an iteration"
+    if j.get("ratio") is not None and j.get("bound_s"):
+        text += f", {j['ratio']:.3g}× its bound of {_s(j['bound_s'])}"
+    worst = max(j.get("ports") or [], key=lambda p: p.get("lost") or 0, default=None)
+    if worst and worst.get("lost"):
+        text += f"; most of its losses at {worst['port']} ({_n(worst['lost'])})"
+    return text
 
 
 def _step_noun(kind) -> str:

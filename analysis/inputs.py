@@ -300,6 +300,8 @@ def check_workers(run_dir, workers: pd.DataFrame | None, error: str | None,
     """One Input per worker log: every rank of the manifest's `processes` and every
     workers/*.jsonl present. A log with no valid line is unreadable; bad lines alone
     leave it ok (counted)."""
+    if isinstance(manifest.get("jobs"), list) and manifest["jobs"]:
+        return _check_job_workers(run_dir, manifest["jobs"])
     wdir = Path(run_dir) / "workers"
     ranks = [str(p.get("rank")) for p in manifest.get("processes") or []
              if isinstance(p, dict) and p.get("rank") is not None] \
@@ -322,6 +324,22 @@ def check_workers(run_dir, workers: pd.DataFrame | None, error: str | None,
                 i.state, i.reason = UNREADABLE, f"none of its {st['lines']} lines is valid"
         out.append(i)
     return out
+
+
+def _check_job_workers(run_dir, jobs: list) -> list[Input]:
+    """Several jobs on one fabric (incastlab.multijob): each launched job's logs are in
+    its own directory, <dir>/workers/<rank>.jsonl, for every rank of its processes."""
+    out = []
+    for job in jobs:
+        if not isinstance(job, dict) or not job.get("dir") or job.get("launched") is False:
+            continue
+        ranks = [str(p["rank"]) for p in job.get("processes") or []
+                 if isinstance(p, dict) and p.get("rank") is not None]
+        present = sorted((p.stem for p in (Path(run_dir) / job["dir"] / "workers")
+                          .glob("*.jsonl")), key=_rank_order)
+        for stem in dict.fromkeys(ranks + present):
+            out.append(check_file(run_dir, f"{job['dir']}/workers/{stem}.jsonl", "workers"))
+    return out or [Input("jobs/*/workers/*.jsonl", "workers", MISSING, "no worker logs")]
 
 
 def _rank_order(stem: str):

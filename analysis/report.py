@@ -174,6 +174,9 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True,
         missing["counters"] = "no counters/*.json"
     if workers.empty:
         missing["workers"] = "no workers/*.jsonl"
+        if (manifest or {}).get("jobs"):  # several jobs: each job's logs and figures
+            missing["workers"] = ("several jobs on the fabric: each job's own figures are "
+                                  "under 'Jobs on the fabric' (metrics.json jobs)")
 
     # captures: parsed, each with its state against the manifest's list (inputs.py);
     # their TCP rows go to scratch files that the TCP analysis reads a group of

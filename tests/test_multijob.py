@@ -280,3 +280,39 @@ def test_compare_groups_jobs_runs_by_together_and_alone():
     assert [r["group"] for r in runs] == [
         "queue_packets=20,jobs=together", "queue_packets=20,jobs=alone-0",
         "queue_packets=50,jobs=together", "queue_packets=50,jobs=alone-0"]
+
+
+def test_each_jobs_worker_logs_are_inputs_of_the_run(tmp_path):
+    # several jobs: the logs are under each job's directory, not workers/: all there is
+    # a whole run; one missing is that file, named, not "no workers/*.jsonl"
+    from incastlab.analysis.inputs import check_workers
+    jobs = [{"index": i, "dir": f"jobs/job-{i}",
+             "processes": [{"rank": r, "host": f"h{2 * i + r + 1}"} for r in range(2)]}
+            for i in range(2)]
+    for i in range(2):
+        d = tmp_path / f"jobs/job-{i}/workers"
+        d.mkdir(parents=True)
+        for r in range(2):
+            (d / f"{r}.jsonl").write_text('{"event": "start"}\n')
+    states = {x.name: x.state for x in check_workers(tmp_path, None, None, {"jobs": jobs})}
+    assert states == {f"jobs/job-{i}/workers/{r}.jsonl": "ok" for i in range(2)
+                      for r in range(2)}
+    (tmp_path / "jobs/job-1/workers/1.jsonl").unlink()
+    states = {x.name: x.state for x in check_workers(tmp_path, None, None, {"jobs": jobs})}
+    assert states["jobs/job-1/workers/1.jsonl"] == "missing"
+    assert sum(v == "ok" for v in states.values()) == 3
+
+
+def test_the_cost_finding_gives_each_job_against_its_bound():
+    from types import SimpleNamespace
+
+    from incastlab.analysis import findings
+    jobs = [{"job": 0, "kind": "ring", "iteration_mean_s": 0.346, "bound_s": 0.256,
+             "ratio": 1.35, "ports": [{"port": "lf1-eth1", "lost": 29},
+                                      {"port": "sp1-eth1", "lost": 6}]},
+            {"job": 1, "kind": "ps", "iteration_mean_s": None, "ports": []}]
+    a = SimpleNamespace(metrics={"jobs": jobs}, tables={}, missing={})
+    f = findings.cost(a)
+    assert f.text == ("Several jobs shared the fabric: job 0 (ring) 0.346 s an iteration, "
+                      "1.35× its bound of 0.256 s; most of its losses at lf1-eth1 (29); "
+                      "job 1 (ps): no iterations logged.")
