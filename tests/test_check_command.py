@@ -88,3 +88,18 @@ def test_spec_module_prints_the_schema_and_a_resolved_spec(capsys):
     toml_text = capsys.readouterr().out.partition("\n# runs:")[0]
     assert tomllib.loads(toml_text)["workload"]["iterations"] == 3
 
+
+
+def test_check_prints_each_jobs_hosts_for_several_jobs(capsys):
+    # [[jobs]]: one placement per job (the runner's), not the [workload] default's
+    from incastlab import multijob
+    path = REPO / "specs" / "two-jobs.toml"
+    assert cli.main(["check", str(path)]) == 0
+    tail = capsys.readouterr().out.partition("\n# ")[2]
+    assert tail.startswith("3 runs (a sweep: incastlab sweep)")
+    spec = load_spec(path)
+    for i, (entry, placed) in enumerate(zip(spec.jobs, multijob.placements(spec),
+                                            strict=True)):
+        ranks = " ".join(f"{r}:{h}" for r, h in enumerate(placed.workers))
+        block = tail.split(f"#   jobs[{i}] ({entry.workload.kind}):\n", 1)[1]
+        assert block.splitlines()[1] == f"#     workers (rank:host): {ranks}"

@@ -39,8 +39,10 @@ def run(args) -> int:
         print(f"incastlab check: {exc}", file=sys.stderr)
         return 2
     print(spec.to_toml(), end="")
-    print(f"\n# {len(points)} run{'s' if len(points) != 1 else ''}"
-          f"{' (a sweep: incastlab sweep)' if spec.is_sweep else ' (incastlab run)'}")
+    how = " (a sweep: incastlab sweep)" if spec.is_sweep or spec.jobs else " (incastlab run)"
+    print(f"\n# {len(points)} run{'s' if len(points) != 1 else ''}{how}")
+    if spec.jobs:
+        return _jobs(spec, points)
     seen: dict[tuple, str] = {}
     for label, point, placement in placed:
         key = (point.workload.kind, placement)
@@ -50,5 +52,22 @@ def run(args) -> int:
             continue
         seen[key] = label
         for line in placement_lines(placement, point.workload.kind):
+            print(f"#     {line}")
+    return 0
+
+
+def _jobs(spec, points) -> int:
+    """Several jobs (incastlab.multijob): each job's hosts; the sweep also runs each job
+    alone on the same hosts, `incastlab run` runs them together."""
+    from incastlab import multijob
+
+    print(f"#   {', '.join(label for label, _ in points)}: `incastlab sweep` runs them "
+          "all; `incastlab run` the jobs together")
+    for i, (entry, placement) in enumerate(zip(spec.jobs, multijob.placements(spec),
+                                               strict=True)):
+        kind = entry.workload.kind
+        offset = f", starting {entry.start_offset_s:g} s in" if entry.start_offset_s else ""
+        print(f"#   jobs[{i}] ({kind}{offset}):")
+        for line in placement_lines(placement, kind):
             print(f"#     {line}")
     return 0
