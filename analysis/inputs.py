@@ -160,12 +160,14 @@ def check_file(run_dir: Path, name: str, group: str, error: str | None = None,
     return Input(name, group, expected=expected)
 
 
-def read_captures(run_dir, manifest: dict, spec: dict,
-                  cache: bool = True) -> tuple[dict[str, pd.DataFrame], list[Input]]:
+def read_captures(run_dir, manifest: dict, spec: dict, cache: bool = True,
+                  keep=None) -> tuple[dict[str, pd.DataFrame], list[Input]]:
     """Parse every capture of the run: ({iface: packets} of the readable ones, their
     Inputs). A capture the manifest lists but pcap/ lacks is missing; one with fewer
     packets than tcpdump reported, or whose parser skipped bytes, is truncated (its
-    packets are still used by the sections that show them)."""
+    packets are still used by the sections that show them). `keep(iface, packets)`:
+    called with each readable capture once it is checked; the dict holds what it returns
+    instead of the packets (report.py: one parsed capture in memory at a time)."""
     pdir = Path(run_dir) / "pcap"
     listed = _listed_captures(manifest)
     present = {p.stem: p for p in sorted(pdir.glob("*.pcap"))} if pdir.is_dir() else {}
@@ -192,7 +194,6 @@ def read_captures(run_dir, manifest: dict, spec: dict,
             items.append(Input(name, "pcap", UNREADABLE, f"{type(exc).__name__}: {exc}",
                                expected))
             continue
-        pcaps[iface] = df
         if captured and df.empty:
             items.append(Input(name, "pcap", EMPTY, f"no packet records; tcpdump captured "
                                f"{captured}", expected))
@@ -206,6 +207,8 @@ def read_captures(run_dir, manifest: dict, spec: dict,
                                "packets tcpdump captured", expected, truncated_at=_last_t(df)))
         else:
             items.append(Input(name, "pcap", expected=expected))
+        pcaps[iface] = keep(iface, df) if keep else df
+        del df
     if not items:
         enabled = (spec.get("capture") or {}).get("enabled", True) is not False
         items.append(Input("pcap/*.pcap", "pcap", MISSING, "no captures in pcap/" if enabled

@@ -182,11 +182,13 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True,
     # their TCP rows go to scratch files that the TCP analysis reads a group of
     # connections at a time (chunked.py; removed by close() below, or by the store's
     # finalizer if analyse fails before)
-    pcaps, capture_inputs = inp.read_captures(run_dir, manifest, spec, cache)
     store = chunked.CaptureStore()
     n_packets = {}
     job_ports = mj.PortBytes(manifest, fabric)  # [[jobs]]: each port's bytes per job
-    for iface, df in pcaps.items():
+
+    def keep(iface, df):
+        """Each capture as it is parsed: its TCP rows to the store, then let go; what
+        inputs.py still reads of it is its last packet's time, not its rows."""
         n_packets[iface] = len(df)
         job_ports.add(iface, df)
         try:
@@ -194,10 +196,10 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True,
         except OSError as exc:  # e.g. a full disk: the report goes on without its packets
             problems.append(f"capture {iface}: its TCP packets could not be kept for the "
                             f"analysis ({exc}); they are left out")
-        # what inputs.py still reads of a capture (its last packet's time), not its rows
-        pcaps[iface] = (df[["t"]].iloc[[int(df["t"].to_numpy().argmax())]] if len(df)
-                        else df[["t"]])
-        del df
+        return (df[["t"]].iloc[[int(df["t"].to_numpy().argmax())]] if len(df)
+                else df[["t"]])
+
+    pcaps, capture_inputs = inp.read_captures(run_dir, manifest, spec, cache, keep=keep)
     if not pcaps:
         missing["pcap"] = "no readable captures in pcap/"
     def guard(what, fn, fallback):
