@@ -268,8 +268,10 @@ def finish_gloo(timeout: float) -> None:
 
 
 def _first_line(exc: BaseException) -> str:
+    """The error's first line, at most 300 characters (a cut may end on a space: the
+    stderr line and the logged message must stay the same text)."""
     text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
+    return text[0][:300].rstrip() if text else type(exc).__name__
 
 
 # ----------------------------------------------------------------------------- entry point

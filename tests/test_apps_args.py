@@ -109,3 +109,13 @@ def test_log_lines_stay_strict_json_when_training_diverges(tmp_path) -> None:
     assert json.loads(line) == {"event": "iteration", "loss": None, "staleness": [1, None],
                                 "t": 1.5}
     assert "NaN" not in line and "Infinity" not in line
+
+
+def test_an_error_cut_at_300_characters_keeps_no_trailing_space():
+    # the stderr line is printed, read and stripped; the logged message must be the same
+    # text (tests/test_apps_ps.py compares them), whichever character the cut falls on
+    from incastlab.apps.common import _first_line
+    exc = RuntimeError("x" * 299 + " tail that goes past the cut\nsecond line")
+    assert _first_line(exc) == "x" * 299
+    assert _first_line(RuntimeError("short \n more")) == "short"
+    assert _first_line(RuntimeError("")) == "RuntimeError"
