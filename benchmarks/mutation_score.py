@@ -41,7 +41,12 @@ MODULES: dict[str, list[str]] = {
                               "tests/test_analysis_reconcile_mutants.py"],
     "analysis/pcap.py": ["tests/test_analysis_pcap.py", "tests/test_analysis_pcap_mutants.py",
                          "tests/test_pcap_mutants.py"],
-    "incastlab/spec.py": ["tests/test_spec.py", "tests/test_spec_mutants.py"],
+    # spec.py's newer tables are tested beside their features: [[events]], [[jobs]],
+    # `incastlab check`, mtu and queue_bytes
+    "incastlab/spec.py": ["tests/test_spec.py", "tests/test_spec_mutants.py",
+                          "tests/test_check_command.py", "tests/test_events.py",
+                          "tests/test_hostevents.py", "tests/test_multijob.py",
+                          "tests/test_queue_bytes.py", "tests/test_jumbo.py"],
 }
 # repository folders mapped into the incastlab namespace by setup.py
 MAPPED = ["analysis", "apps", "controller", "topologies"]
