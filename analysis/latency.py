@@ -44,6 +44,12 @@ by port, sojourn by pair of capture points. All percentiles in ms.
 """
 from __future__ import annotations
 
+import math
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -54,6 +60,9 @@ RTT_COLUMNS = ["flow", "role", "src", "dst", "sport", "dport", "iface", "t", "t_
                "rtt_s", "seq", "len", "ip_id", "sack"]
 QDELAY_COLUMNS = ["t", "iface", "kind", "rate_mbps", "backlog_bytes", "delay_s", "weight"]
 SOJOURN_COLUMNS = ["flow", "from_iface", "to_iface", "t", "sojourn_s", "seq", "len", "ip_id"]
+RTT_KEYS = ["role", "flow"]                       # what the summary and figure group by
+SOJOURN_KEYS = ["from_iface", "to_iface", "flow"]
+SOJOURN_ORDER = ["t", "from_iface", "flow", "seq", "to_iface", "ip_id"]  # a total order
 SUMMARY_COLUMNS = ["measure", "group", "samples", "p50_ms", "p90_ms", "p99_ms", "max_ms",
                    "note"]
 QUANTILES = (0.5, 0.9, 0.99)
@@ -69,7 +78,9 @@ def weighted_quantiles(values, weights=None, qs=QUANTILES) -> list[float]:
     """Quantiles of `values` where each counts `weights` times (None: once each): the
     smallest value with at least q of the total weight at or below it (NaN: no weight)."""
     v = np.asarray(values, dtype=float)
-    w = np.ones(len(v)) if weights is None else np.asarray(weights, dtype=float)
+    if weights is None:
+        return _quantiles(v, qs)
+    w = np.asarray(weights, dtype=float)
     keep = np.isfinite(v) & (w > 0)
     v, w = v[keep], w[keep]
     if not len(v):
@@ -80,6 +91,19 @@ def weighted_quantiles(values, weights=None, qs=QUANTILES) -> list[float]:
     # a small relative slack so that e.g. q = 0.5 of 2 equal weights picks the first
     idx = np.searchsorted(cw, np.asarray(qs) * total * (1 - 1e-12), "left")
     return [float(v[min(i, len(v) - 1)]) for i in idx]
+
+
+def _quantiles(v: np.ndarray, qs) -> list[float]:
+    """weighted_quantiles with every weight 1, without the sort and the cumulative weights
+    (a run's millions of samples): the cumulative weight of the i-th smallest is i + 1, so
+    the first index reaching x is ceil(x) - 1; np.partition finds those values exactly."""
+    v = v[np.isfinite(v)]
+    n = len(v)
+    if not n:
+        return [float("nan")] * len(qs)
+    idx = [min(max(math.ceil(q * n * (1 - 1e-12)) - 1, 0), n - 1) for q in qs]
+    part = np.partition(v, sorted(set(idx)))
+    return [float(part[i]) for i in idx]
 
 
 def stats_ms(values_s, weights=None) -> dict:
@@ -281,7 +305,8 @@ def sojourns(tcp_df: pd.DataFrame, flows: pd.DataFrame | None = None,
     later capture point). With a `fabric`, a copy at a host's interface counts only at
     the flow's destination host (the switches flood a flow's first packets before its
     path is set up: those copies reach other hosts and are no sojourn).
-    Columns: SOJOURN_COLUMNS (seq: raw, as captured)."""
+    Columns: SOJOURN_COLUMNS (seq: raw, as captured); rows in SOJOURN_ORDER (time, sender
+    capture, flow, seq, later capture point, IP id: whatever order the packets came in)."""
     if tcp_df is None or tcp_df.empty:
         return pd.DataFrame(columns=SOJOURN_COLUMNS)
     flows = tcp.data_flows(tcp_df) if flows is None else flows
@@ -314,8 +339,107 @@ def sojourns(tcp_df: pd.DataFrame, flows: pd.DataFrame | None = None,
                          "sojourn_s": (m["t_o"] - m["t_s"]).to_numpy(),
                          "seq": m["seq"].to_numpy(), "len": m["payload_len"].to_numpy(),
                          "ip_id": m["ip_id"].to_numpy()},
-                        columns=SOJOURN_COLUMNS).sort_values("t", kind="stable",
+                        columns=SOJOURN_COLUMNS).sort_values(SOJOURN_ORDER, kind="stable",
                                                              ignore_index=True)
+
+
+# ---------------------------------------------------------------- samples off memory
+
+class Samples:
+    """A per-sample latency table (RTT samples or sojourns) kept out of memory: the rows
+    are appended to a CSV file in a scratch directory (header once; the report copies it
+    to tables/), and only each row's value (float64, the same numbers the table holds)
+    and a small code of its group (`keys`: int32) stay in memory, ~12 bytes a sample
+    instead of ~100. `summary_table`, `summary` and the figure read it as they read the
+    DataFrame (the same numbers); the scratch directory goes with the object."""
+
+    def __init__(self, columns, value: str, keys, directory=None):
+        self.columns, self.value, self.keys = list(columns), value, list(keys)
+        self._dir = tempfile.mkdtemp(prefix="incastlab-latency-", dir=directory)
+        self._gone = weakref.finalize(self, shutil.rmtree, self._dir, True)
+        self.path = Path(self._dir) / "samples.csv"
+        self.rows = 0
+        self._code: dict[tuple, int] = {}      # group key -> code
+        self._vals: list[np.ndarray] = []
+        self._codes: list[np.ndarray] = []
+        self._merged = None
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def add(self, df: pd.DataFrame | None) -> pd.DataFrame:
+        """Append one part's rows (all of `columns`); returns an empty frame with a
+        `flow` column (what chunked.analyse_tcp merges for an `extra` reducer)."""
+        if df is not None and len(df):
+            df = df[self.columns]
+            df.to_csv(self.path, mode="a", header=self.rows == 0, index=False)
+            local, uniq = pd.MultiIndex.from_frame(df[self.keys]).factorize()
+            lut = np.array([self._code.setdefault(k, len(self._code)) for k in uniq],
+                           dtype=np.int32)
+            self._vals.append(df[self.value].to_numpy(dtype=float))
+            self._codes.append(lut[local])
+            self.rows += len(df)
+            self._merged = None
+        return pd.DataFrame(columns=["flow"])
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+        """(values, codes, groups): groups is a frame of the `keys` columns whose row i
+        is code i."""
+        if self._merged is None:
+            v = np.concatenate(self._vals) if self._vals else np.empty(0)
+            c = np.concatenate(self._codes) if self._codes else np.empty(0, np.int32)
+            self._vals, self._codes = [v], [c]  # one copy, not the parts and the merge
+            self._merged = (v, c, pd.DataFrame(list(self._code), columns=self.keys))
+        return self._merged
+
+    def frame(self) -> pd.DataFrame:
+        """The whole table read back from its file (tests; small runs)."""
+        if not self.rows:
+            return pd.DataFrame(columns=self.columns)
+        return pd.read_csv(self.path)
+
+    def close(self) -> None:
+        self._gone()
+
+
+def _compact(x, value: str, keys) -> tuple[np.ndarray, np.ndarray, pd.DataFrame] | None:
+    """(values, codes, groups) of a Samples or of the same table as a DataFrame; None
+    when it has no rows."""
+    if x is None or not len(x):
+        return None
+    if isinstance(x, Samples):
+        return x.arrays()
+    codes, uniq = pd.MultiIndex.from_frame(x[keys]).factorize()
+    return (x[value].to_numpy(dtype=float), np.asarray(codes),
+            pd.DataFrame(list(uniq), columns=list(keys)))
+
+
+def _groups(values, codes, groups: pd.DataFrame, by):
+    """(key, values of its rows, its groups' rows) for each value of `by` in `groups`
+    (indexed by code; a subset of the codes is fine), sorted by key (as
+    DataFrame.groupby(sort=True))."""
+    size = max(int(codes.max()) + 1 if len(codes) else 0,
+               int(groups.index.max()) + 1 if len(groups) else 0)
+    for key, g in groups.groupby(by, sort=True):
+        pick = np.zeros(size, bool)  # by code: is it one of this key's groups
+        pick[g.index.to_numpy()] = True
+        yield key, values[pick[codes]], g
+
+
+def write_full(a, table, name: str) -> str | None:
+    """tables/<name>.csv with the whole table (a Samples' file copied as it is); the
+    link relative to report.html, None without an output directory or rows."""
+    from . import render
+
+    if not isinstance(table, Samples):
+        return render.write_table(a, table, name)
+    out = getattr(a, "out_dir", None)
+    if out is None or not len(table):
+        return None
+    path = Path(out) / "tables" / f"{name}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(table.path, path)
+    return f"tables/{path.name}"
 
 
 # ---------------------------------------------------------------- summary
@@ -324,13 +448,16 @@ def summary_table(rtt: pd.DataFrame, qdelay: pd.DataFrame, soj: pd.DataFrame,
                   fabric=None) -> pd.DataFrame:
     """Percentiles (ms) per group: 'RTT' by flow role (and 'all flows'), 'queue delay'
     by switch port with any traffic (and 'all ports', packet-weighted), 'sojourn' by
-    pair of capture points. Columns: SUMMARY_COLUMNS."""
+    pair of capture points. `rtt`, `soj`: DataFrames or Samples (the same numbers).
+    Columns: SUMMARY_COLUMNS."""
     rows = []
-    if rtt is not None and len(rtt):
-        rows.append({"measure": "RTT", "group": "all flows", **stats_ms(rtt["rtt_s"]),
-                     "note": f"{rtt['flow'].nunique()} flow(s)"})
-        for role, g in rtt.groupby("role", sort=True):
-            rows.append({"measure": "RTT", "group": role, **stats_ms(g["rtt_s"]),
+    r = _compact(rtt, "rtt_s", RTT_KEYS)
+    if r is not None:
+        v, c, k = r
+        rows.append({"measure": "RTT", "group": "all flows", **stats_ms(v),
+                     "note": f"{k['flow'].nunique()} flow(s)"})
+        for role, vg, g in _groups(v, c, k, "role"):
+            rows.append({"measure": "RTT", "group": role, **stats_ms(vg),
                          "note": f"{g['flow'].nunique()} flow(s)"})
     if qdelay is not None and len(qdelay) and qdelay["weight"].sum() > 0:
         rows.append({"measure": "queue delay", "group": "all ports",
@@ -347,10 +474,11 @@ def summary_table(rtt: pd.DataFrame, qdelay: pd.DataFrame, soj: pd.DataFrame,
                          f"full; {e.kind} to {e.peer}")
             rows.append({"measure": "queue delay", "group": iface,
                          **stats_ms(g["delay_s"], g["weight"]), "note": note})
-    if soj is not None and len(soj):
-        for (a, b), g in soj.groupby(["from_iface", "to_iface"], sort=True):
+    r = _compact(soj, "sojourn_s", SOJOURN_KEYS)
+    if r is not None:
+        for (a, b), vg, g in _groups(*r, ["from_iface", "to_iface"]):
             rows.append({"measure": "sojourn", "group": f"{a} → {b}",
-                         **stats_ms(g["sojourn_s"]), "note": f"{g['flow'].nunique()} flow(s)"})
+                         **stats_ms(vg), "note": f"{g['flow'].nunique()} flow(s)"})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -388,9 +516,9 @@ def summary(tables: dict | None) -> dict:
     q = row("queue delay", "all ports")
     if q is not None:
         out.update(queue_delay_p50_ms=q["p50_ms"], queue_delay_p99_ms=q["p99_ms"])
-    soj = tables.get("sojourn")
-    if soj is not None and len(soj):
-        out["sojourn_p99_ms"] = weighted_quantiles(soj["sojourn_s"], qs=(0.99,))[0] * 1e3
+    soj = _compact(tables.get("sojourn"), "sojourn_s", SOJOURN_KEYS)
+    if soj is not None:
+        out["sojourn_p99_ms"] = weighted_quantiles(soj[0], qs=(0.99,))[0] * 1e3
     out["groups"] = tab.to_dict(orient="records")
     return out
 
@@ -417,8 +545,8 @@ def _figure(a, path):
 
     lt = a.tables.get("latency") or {}
     rtt, qd, soj = lt.get("rtt"), lt.get("queue_delay"), lt.get("sojourn")
-    rtt_groups = {role: g["rtt_s"].to_numpy() for role, g in rtt.groupby("role")} \
-        if rtt is not None and len(rtt) else {}
+    r = _compact(rtt, "rtt_s", RTT_KEYS)
+    rtt_groups = {role: vg for role, vg, _ in _groups(*r, "role")} if r is not None else {}
     q_groups = {}
     if qd is not None and len(qd):
         rank = []  # the ports where packets waited longest (p99, then packets)
@@ -432,13 +560,17 @@ def _figure(a, path):
     # sojourns from host to host (one-way delay) by flow role; those to a switch port
     # (part of the path) are in the table
     s_groups = {}
-    if soj is not None and len(soj):
+    sj = _compact(soj, "sojourn_s", SOJOURN_KEYS)
+    if sj is not None:
+        v, c, k = sj
         hosts = {h.intf for h in a.fabric.hosts} if a.fabric is not None else None
-        e2e = soj[soj["to_iface"].isin(hosts)] if hosts is not None else soj
-        role = dict(zip(rtt["flow"], rtt["role"], strict=True)) \
-            if rtt is not None and len(rtt) else {}
-        for r, g in e2e.groupby(e2e["flow"].map(lambda f: role.get(f, "other"))):
-            s_groups[f"one-way {r}"] = g["sojourn_s"].to_numpy()
+        role = dict(zip(r[2]["flow"], r[2]["role"], strict=True)) if r is not None else {}
+        # each group of sojourns (pair of points and flow): its flow's role, or None when
+        # it ends at a switch port
+        k = k.assign(one_way=[role.get(f, "other") if hosts is None or to in hosts else None
+                              for f, to in zip(k["flow"], k["to_iface"], strict=True)])
+        for who, vg, _ in _groups(v, c, k.dropna(subset=["one_way"]), "one_way"):
+            s_groups[f"one-way {who}"] = vg
     return plots.latency_cdf(rtt_groups, q_groups, s_groups, path)
 
 
@@ -470,7 +602,7 @@ def section(a, figs: dict) -> tuple[str, str, str]:
             "latency_sojourn": lt.get("sojourn")}
     links = []
     for name, df in full.items():
-        link = render.write_table(a, df, name)
+        link = write_full(a, df, name)
         if link:
             links.append(f"<a href='{render.esc(link)}'>{render.esc(name)}.csv</a>")
     more = f"<p>All samples: {', '.join(links)}.</p>" if links else ""

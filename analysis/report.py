@@ -220,12 +220,19 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True,
         # "spurious" means the receiver already had the data: only the capture at the
         # destination host can say so (one upstream of a drop would call the repair of a
         # real loss spurious, as with a deleted receiver pcap); others stay unknown (NaN).
-        # latency.py's per-flow tables are reduced on the same pass over the connections.
-        extra = {"rtt": (lambda d, _fl, fs: lat.rtt_samples(d, fs, fabric, manifest), None),
-                 "sojourn": (lambda d, _fl, fs: lat.sojourns(d, fs, fabric), "t")}
+        # latency.py's per-flow tables are reduced on the same pass over the connections,
+        # each chunk's rows appended to a file and only their values kept (lat.Samples:
+        # one row per sample for the whole run would grow with it)
+        kept = {"rtt": lat.Samples(lat.RTT_COLUMNS, "rtt_s", lat.RTT_KEYS),
+                "sojourn": lat.Samples(lat.SOJOURN_COLUMNS, "sojourn_s", lat.SOJOURN_KEYS)}
+        extra = {"rtt": (lambda d, _fl, fs: kept["rtt"].add(
+                     lat.rtt_samples(d, fs, fabric, manifest)), None),
+                 "sojourn": (lambda d, _fl, fs: kept["sojourn"].add(
+                     lat.sojourns(d, fs, fabric)), None)}
         tt = chunked.analyse_tcp(store, rto_threshold_s=rto_threshold_s,
                                  at_host=lambda f: _received_at_host(f, fabric),
                                  windows=windows, chunk_packets=chunk_packets, extra=extra)
+        tt.extra = {k: v if isinstance(v, Exception) else kept[k] for k, v in tt.extra.items()}
         flows, rec_eps, lost = tt.flows, tt.recovery_episodes, tt.losses
         for r in tt.reused.drop_duplicates("flow").itertuples(index=False):
             problems.append(f"flow {r.flow} carried {r.connections} connections (same ports "
@@ -431,7 +438,8 @@ def _na_problems(readings, missing: dict) -> list[str]:
 
 def _latency(a: Analysis, parts: dict) -> dict:
     """latency.analyse's tables, with the RTT samples and sojourns reduced a group of
-    connections at a time with the other TCP tables (chunked.py), not from all packets."""
+    connections at a time with the other TCP tables (chunked.py), not from all packets,
+    and kept as lat.Samples (rows on disk, values in memory; the same summary)."""
     for v in parts.values():
         if isinstance(v, Exception):
             raise v

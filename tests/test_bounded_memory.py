@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from incastlab.analysis import chunked, episodes, rundir, tcp
+from incastlab.analysis import latency as lat
 from incastlab.analysis.pcap import read_pcap
 from incastlab.analysis.report import _received_at_host, analyse
 from incastlab.analysis.synthetic import MSS, TcpScript, make_demo_run, scenario_tcp, write_pcap
@@ -136,9 +137,9 @@ def test_connection_hash_is_the_same_both_ways():
 def _assert_same(x, y, where="analysis"):
     """Equal nested metrics/tables (DataFrames compared with their dtypes)."""
     if isinstance(x, pd.DataFrame):
-        pd.testing.assert_frame_equal(x, y, obj=where)
+        pd.testing.assert_frame_equal(x, y, obj=where, check_exact=True)
     elif isinstance(x, pd.Series):
-        pd.testing.assert_series_equal(x, y, obj=where)
+        pd.testing.assert_series_equal(x, y, obj=where, check_exact=True)
     elif isinstance(x, dict):
         assert set(x) == set(y), where
         for k in x:
@@ -151,25 +152,55 @@ def _assert_same(x, y, where="analysis"):
         assert x == y or (x != x and y != y), where  # NaN equals NaN here
 
 
-def test_report_is_the_same_in_one_chunk_and_in_one_per_connection(run):
+def _sorted(df: pd.DataFrame) -> pd.DataFrame:
+    return df.sort_values(list(df.columns), kind="stable").reset_index(drop=True)
+
+
+def _same_samples(x: lat.Samples, y, where):
+    """Two latency sample tables hold the same rows (the chunks append them in their own
+    order: compared sorted); `y` a Samples or an all-in-memory DataFrame."""
+    assert isinstance(x, lat.Samples), where
+    fy = y.frame() if isinstance(y, lat.Samples) else y
+    pd.testing.assert_frame_equal(_sorted(x.frame()), _sorted(fy.astype(
+        x.frame().dtypes.to_dict())), obj=where)
+
+
+def test_report_is_the_same_in_one_chunk_and_in_one_per_connection(run, tmp_path):
     """The whole analysis (metrics.json's numbers, every table, latency and incast
-    episodes included) does not depend on how many connections are analysed at once."""
+    episodes included) does not depend on how many connections are analysed at once;
+    latency's per-sample tables are files (lat.Samples) with the same rows both ways, and
+    the same rows and summary as latency.analyse on every packet in memory."""
     one = analyse(run, cache=False, chunk_packets=10**9)
     many = analyse(run, cache=False, chunk_packets=1)
     assert one.metrics["flows"] == 4 and one.metrics["retransmissions"]["retrans_packets"] > 8
-    assert one.tables["latency"]["rtt"]["flow"].nunique() == 4
-    assert len(one.tables["latency"]["sojourn"]) and len(one.tables["episodes"])
+    lt1, ltn = one.tables["latency"], many.tables["latency"]
+    assert lt1["rtt"].frame()["flow"].nunique() == 4
+    assert len(lt1["sojourn"]) > 50 and len(one.tables["episodes"])
+    assert (lt1["summary"]["measure"] == "sojourn").sum() >= 2  # several pairs of points
     _assert_same(one.metrics, many.metrics, "metrics")
-    for a in (one, many):
-        # latency.sojourns orders its rows by time only; packets of two flows captured in
-        # the same microsecond at one point follow the captures' row order there, which
-        # the chunks do not keep across connections: the same rows, compared sorted
-        soj = a.tables["latency"]["sojourn"]
-        a.tables["latency"]["sojourn"] = soj.sort_values(list(soj.columns)).reset_index(
-            drop=True)
     for name in one.tables:
-        if name != "tcp":
+        if name not in ("tcp", "latency"):
             _assert_same(one.tables[name], many.tables[name], name)
+    for name in ("summary", "queue_delay"):
+        _assert_same(lt1[name], ltn[name], f"latency.{name}")
+    for name in ("rtt", "sojourn"):
+        _same_samples(lt1[name], ltn[name], f"latency.{name}")
+    # the same as the all-in-memory latency.analyse (DataFrames) on every packet
+    full = lat.analyse(one)
+    _assert_same(lt1["summary"], full["summary"], "latency.summary vs analyse")
+    assert lat.summary(lt1) == lat.summary(full)
+    for name in ("rtt", "sojourn"):
+        _same_samples(lt1[name], full[name], f"latency.{name} vs analyse")
+    # the CSV files the report writes: the same rows, the same columns as the tables
+    for name, kind in (("latency_rtt_samples", "rtt"), ("latency_sojourn", "sojourn")):
+        csvs = []
+        for which, a in (("one", one), ("many", many)):
+            a.out_dir = tmp_path / which
+            assert lat.write_full(a, a.tables["latency"][kind], name) == f"tables/{name}.csv"
+            csvs.append(pd.read_csv(a.out_dir / "tables" / f"{name}.csv"))
+        assert list(csvs[0].columns) == list(full[kind].columns)
+        assert len(csvs[0]) == len(full[kind])
+        pd.testing.assert_frame_equal(_sorted(csvs[0]), _sorted(csvs[1]), obj=name)
     # the packets themselves: all of them while they fit in one chunk (failover.py reads
     # them), else only the worst flow's connection (the sequence graph's)
     every = tcp.combine({p.stem: read_pcap(p, cache=False)
