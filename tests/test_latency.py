@@ -211,6 +211,19 @@ def test_weighted_quantiles_pick_the_smallest_value_reaching_q():
     assert np.isnan(latency.weighted_quantiles([], None, (0.5,))[0])
 
 
+def test_unweighted_quantiles_are_the_weighted_ones_with_equal_weights():
+    # 1..100 shuffled, a NaN and an infinity left out: q of 100 samples is the
+    # ceil(100 q)-th smallest (0.99 -> 99, not 100; 0.001 -> the smallest)
+    rng = np.random.default_rng(7)
+    v = np.concatenate([rng.permutation(np.arange(1.0, 101.0)), [np.nan, np.inf]])
+    qs = (0.001, 0.5, 0.9, 0.99, 1.0)
+    assert latency.weighted_quantiles(v, None, qs) == [1, 50, 90, 99, 100]
+    # with ties and an odd count, the partition path equals the sort-and-cumsum one
+    w = rng.integers(0, 5, 1001).astype(float) / 4
+    assert latency.weighted_quantiles(w, None, qs) == latency.weighted_quantiles(
+        w, np.ones(len(w)), qs)
+
+
 # ---------------------------------------------------------------- sojourn
 
 def test_sojourn_matches_each_transmission_to_its_own_arrival(tmp_path):
@@ -308,3 +321,23 @@ def test_missing_inputs_make_latency_metrics_n_a(tmp_path):
     m = json.loads((bare / "metrics.json").read_text())
     assert m["headline"]["rtt_p50_ms"] is None and "pcap" in m["headline_na"]["rtt_p50_ms"]
     assert "Latency under load" in (bare / "summary.md").read_text()
+
+
+def test_sojourn_rows_do_not_depend_on_the_captures_row_order(tmp_path):
+    # two flows from h1 to h3 whose packets are captured in the same microseconds at both
+    # points: the rows are in time, sender capture, flow, seq order whatever order the
+    # packet table has (the chunked report appends them per group of connections)
+    a = TcpScript(src="10.0.1.1", dst="10.0.2.1", sport=40000)
+    b = TcpScript(src="10.0.1.1", dst="10.0.2.1", sport=40001)
+    for s in (a, b):
+        s.handshake(0.0)
+        for k in range(3):
+            s.data(0.010 + k * 0.001, k * MSS)
+            s.ack(0.010 + k * 0.001 + D + 0.0001, (k + 1) * MSS)
+    tcp_df = _tcp(tmp_path, a, extra={"h1-eth0": a.sender + b.sender,
+                                      "h3-eth0": a.receiver + b.receiver})
+    soj = latency.sojourns(tcp_df)
+    assert len(soj) == 6 and soj["flow"].nunique() == 2
+    assert soj.equals(soj.sort_values(latency.SOJOURN_ORDER, ignore_index=True))
+    for order in (tcp_df.index[::-1], np.random.default_rng(3).permutation(tcp_df.index)):
+        pd.testing.assert_frame_equal(latency.sojourns(tcp_df.loc[order]), soj)
