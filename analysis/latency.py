@@ -487,7 +487,8 @@ def analyse(a) -> dict:
     packet (with its flows and queues_d tables, fabric and manifest): {'rtt',
     'queue_delay', 'sojourn', 'summary'}. report.analyse does not call this: it reduces
     `rtt_samples` and `sojourns` a group of connections at a time (chunked.py) and
-    builds the same dict (report._latency)."""
+    builds the same dict (report._latency) with `Samples` for 'rtt' and 'sojourn' (the
+    same rows, in files; the same summary)."""
     t = a.tables
     rtt = rtt_samples(t.get("tcp"), t.get("flows"), a.fabric, a.manifest)
     qd = queue_delay(t.get("queues_d"), a.fabric)
