@@ -283,7 +283,7 @@ def main(argv=None) -> int:
     print("\n| module | mutants | killed | survived | other | score |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        score = f"{r['score']:.1%}" if r["score"] is not None else "n/a"
+        score = f"{r['killed'] / r['mutants']:.1%}" if r["mutants"] else "n/a"  # not re-rounded
         print(f"| {r['module']} | {r['mutants']} | {r['killed']} | {r['survived']} | "
               f"{r['other']} | {score} |")
     print(json.dumps({"benchmark": "mutation_score",
