@@ -17,6 +17,18 @@ from incastlab.apps.moe import (capacity, dispatch_plan, expert_weights, parse_a
                                   zipf_probs)
 
 
+def run_on_loopback(tmp_path: Path, world: int, options: dict) -> list[list[dict]]:
+    """The MoE app on `world` ranks over loopback; every rank's iteration events."""
+    argvs = moe_commands([Endpoint("127.0.0.1", "lo")] * world, str(tmp_path), free_port(),
+                         {**options, "timeout": 30}, python=sys.executable)
+    with LocalJob(tmp_path) as job:
+        for r, argv in enumerate(argvs):
+            job.start(r, argv)
+        codes = job.wait(120)
+        assert all(c == 0 for c in codes.values()), [job.stderr(r) for r in codes]
+    return [events(read_jsonl(tmp_path / f"{r}.jsonl"), "iteration") for r in range(world)]
+
+
 def test_zipf_probabilities():
     assert zipf_probs(4, 0).tolist() == [0.25] * 4
     p = zipf_probs(3, 1).tolist()  # 1, 1/2, 1/3 over 11/6
@@ -56,16 +68,9 @@ def test_bad_options_name_the_option(capsys):
 
 def test_every_token_is_accounted_for_on_loopback(tmp_path: Path):
     world, tokens, k = 4, 300, 2
-    argvs = moe_commands([Endpoint("127.0.0.1", "lo")] * world, str(tmp_path), free_port(),
-                         {"steps": 3, "tokens": tokens, "hidden": 32, "top_k": k,
-                          "zipf_alpha": 2.0, "capacity_factor": 1.5, "timeout": 30},
-                         python=sys.executable)
-    with LocalJob(tmp_path) as job:
-        for r, argv in enumerate(argvs):
-            job.start(r, argv)
-        codes = job.wait(120)
-        assert all(c == 0 for c in codes.values()), [job.stderr(r) for r in codes]
-    logs = [events(read_jsonl(tmp_path / f"{r}.jsonl"), "iteration") for r in range(world)]
+    logs = run_on_loopback(tmp_path, world, {"steps": 3, "tokens": tokens, "hidden": 32,
+                                             "top_k": k, "zipf_alpha": 2.0,
+                                             "capacity_factor": 1.5})
     cap = capacity(tokens, world, k, 1.5)  # 225
     for step in range(3):
         rows = [log[step] for log in logs]
@@ -121,17 +126,10 @@ def test_learned_routing_step_equals_the_single_process_reference(tmp_path: Path
     # the distributed step (all-to-alls, gradients sent back to the experts, the
     # router's gradient all-reduced) must give the losses of autograd in one process
     world, tokens, hidden, k, alpha, cf, lr, coef, seed = 3, 64, 16, 2, 1.0, 0.8, 1.0, 0.1, 3
-    argvs = moe_commands([Endpoint("127.0.0.1", "lo")] * world, str(tmp_path), free_port(),
-                         {"steps": 3, "tokens": tokens, "hidden": hidden, "top_k": k,
-                          "zipf_alpha": alpha, "capacity_factor": cf, "routing": "learned",
-                          "lr": lr, "balance_coef": coef, "seed": seed, "timeout": 30},
-                         python=sys.executable)
-    with LocalJob(tmp_path) as job:
-        for r, argv in enumerate(argvs):
-            job.start(r, argv)
-        codes = job.wait(120)
-        assert all(c == 0 for c in codes.values()), [job.stderr(r) for r in codes]
-    logs = [events(read_jsonl(tmp_path / f"{r}.jsonl"), "iteration") for r in range(world)]
+    logs = run_on_loopback(tmp_path, world, {
+        "steps": 3, "tokens": tokens, "hidden": hidden, "top_k": k, "zipf_alpha": alpha,
+        "capacity_factor": cf, "routing": "learned", "lr": lr, "balance_coef": coef,
+        "seed": seed})
     want, _ = reference_losses(world, tokens, hidden, k, alpha,
                                capacity(tokens, world, k, cf), lr, coef, seed, 3)
     got = [[logs[r][s]["loss"] for r in range(world)] for s in range(3)]
