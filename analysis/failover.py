@@ -19,7 +19,9 @@ spine between one of the failed link's leaves and another leaf in the
     last_old_s   its last data packet captured on the failed spine before the failure
                  ended (the old path; relative to the event)
     first_new_s  its first data packet on another spine after the event
-    failover_s   first_new - last_old: how long the flow carried nothing on any path
+    failover_s   first_new - last_old: how long the flow carried nothing on any path;
+                 negative when the new path carried it before what the old spine still
+                 held queued had arrived (an overlap, no gap: at most one queue's drain)
     lost         its retransmissions of segments first sent between the event less the
                  failed link's queue drain time (what sat in the queue that went down)
                  and its first packet on the new path: what the failure cost it

@@ -119,7 +119,12 @@ def test_link_down_mid_run_under_ecmp_fails_over_to_the_other_spine(tmp_path):
     assert ev["moved"] == ev["flows_on_link"], res["flows"]
     flows = res["flows"][res["flows"]["event"] == 2]
     assert (flows["new_spine"] == "sp2").all()
-    assert np.isfinite(flows["failover_s"]).all() and (flows["failover_s"] > 0).all()
+    # first on the new path - last on the old: a gap, or an overlap of at most what sp1
+    # still held queued towards leaf 1 when leaf 2 moved to sp2 (its packets keep
+    # arriving at lf1-eth3 after the event; CI saw -0.17 ms): one full queue's drain
+    up = a.fabric.link_of_iface("lf1-eth3")
+    drain = spec.topology.queue_packets * 1514 * 8 / (up.bw_mbps * 1e6)
+    assert np.isfinite(flows["failover_s"]).all() and (flows["failover_s"] > -drain).all()
     # a ring flow idles at most while its step's other transfers run: less than a step
     # here is not guaranteed on a busy machine, the communication timeout is
     assert (flows["failover_s"] < spec.workload.timeout_s).all()
