@@ -480,6 +480,14 @@ def lost_beyond_tolerance(launches: Sequence, killed: Mapping[int, str],
     return None
 
 
+def _error_line(text: str) -> str:
+    """The app's own one-line error (apps/common.run_main: "<prog>: error: ...") out of a
+    process's stderr, which gloo and torch may follow with lines of their own (CI saw
+    their tail replace the reason); without one, the last 300 characters."""
+    mine = [ln for ln in text.splitlines() if ": error: " in ln]
+    return mine[-1][:400] if mine else text[-300:]
+
+
 def exit_verdict(launches: Sequence, codes: Sequence[int | None], killed: Mapping[int, str],
                  tolerated: int, stderr: Callable[[Any], str] = lambda la: ""
                  ) -> tuple[str, str | None] | None:
@@ -494,7 +502,7 @@ def exit_verdict(launches: Sequence, codes: Sequence[int | None], killed: Mappin
     if bad:
         la, code = bad[0]
         reason = (f"{la.role} rank {la.rank} on {la.host} exited with status {code}: "
-                  f"{stderr(la)[-300:]}")
+                  f"{_error_line(stderr(la))}")
         why = lost_beyond_tolerance(launches, killed, tolerated)
         return "failed", f"{why}: {reason}" if why else reason
     if all(code == 0 for la, code in zip(launches, codes, strict=True)

@@ -303,3 +303,12 @@ def test_windows_resume_ends_a_pause_and_a_kill_never_ends():
     assert eventeffects.windows(events) == [
         {"index": 0, "action": "worker_pause", "host": "h3", "start": 10.0, "end": 14.0},
         {"index": 2, "action": "worker_kill", "host": "h4", "start": 20.0, "end": None}]
+
+
+def test_the_verdict_quotes_the_apps_error_line_not_gloos_tail():
+    from incastlab.hostevents import _error_line
+    text = ("incastlab.apps.ps: error: rank 0: worker rank 2 lost; mode sync needs every "
+            "worker's gradient each step: receive gradient\n"
+            + "[W gloo] Connection reset by peer. " * 20 + "GLHF!\n")
+    assert _error_line(text).startswith("incastlab.apps.ps: error: rank 0: worker rank 2 lost")
+    assert _error_line("no app line here") == "no app line here"
