@@ -532,14 +532,17 @@ class BucketedBackward:
         t_start = time.time()
         thread.start()
         nxt = 0
+        t_backward = t_start
         for layer in reversed(range(len(self.bounds))):
             if self.layer_s > 0:
                 time.sleep(self.layer_s)
+            # the backward ends with its last layer, before the last bucket is handed
+            # over: the thread may start that bucket before this thread runs again
+            t_backward = time.time()
             # a bucket is ready once its lowest (last in backward order) layer is done
             while nxt < len(self.buckets) and min(self.buckets[nxt]) >= layer:
                 ready.put(self.buckets[nxt])
                 nxt += 1
-        t_backward = time.time()
         ready.put(None)
         # the comm thread's every wait has its own deadline (timeout): it always ends
         thread.join()
