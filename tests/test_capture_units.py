@@ -76,6 +76,7 @@ def test_queue_sampler_survives_a_malformed_tc_sample(tmp_path, monkeypatch):
     """A tc output that is not JSON (seen once in a demo run) is skipped and counted;
     the sampler goes on and queues.csv keeps the good samples."""
     import json as _json
+    import signal
 
     from incastlab.capture import queues
 
@@ -84,15 +85,26 @@ def test_queue_sampler_survives_a_malformed_tc_sample(tmp_path, monkeypatch):
     counter = tmp_path / "n"
     fake = tmp_path / "bin" / "tc"
     fake.parent.mkdir()
-    # every third call prints broken JSON
+    # the third call prints broken JSON; the fourth, good again, then stops the sampler
+    # with SIGTERM as the runner does: four samples whatever the machine's speed (a
+    # deadline of 0.3 s needed >= 3 tc calls in it, each a fork of sh and cat)
     fake.write_text("#!/bin/sh\nn=$(cat %s 2>/dev/null || echo 0); n=$((n+1)); "
-                    "echo $n > %s\nif [ $((n %% 3)) -eq 0 ]; then echo '[{\"dev\" \"x\"}]'; "
-                    "else echo '%s'; fi\n" % (counter, counter, good))
+                    "echo $n > %s\nif [ $n -eq 3 ]; then echo '[{\"dev\" \"x\"}]'; "
+                    "else echo '%s'; fi\nif [ $n -eq 4 ]; then kill -TERM $PPID; fi\n"
+                    % (counter, counter, good))
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
     out = tmp_path / "queues.csv"
-    stats = queues.sample_forever({"lf1-eth1"}, 0.01, str(out), duration_s=0.3)
+    # the sampler installs its SIGTERM/SIGINT handlers in this (pytest's) process
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        # the deadline only ends a sampler that missed the SIGTERM (then samples > 4)
+        stats = queues.sample_forever({"lf1-eth1"}, 0.01, str(out), duration_s=30)
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
     rows = out.read_text().splitlines()[1:]
-    assert stats["bad_samples"] >= 1 and "Expecting" in stats["first_bad_sample"]
-    assert len(rows) == stats["samples"] - stats["bad_samples"] >= 2
+    assert stats["samples"] == 4 and stats["bad_samples"] == 1
+    assert "Expecting" in stats["first_bad_sample"]
+    assert len(rows) == 3
     assert _json.loads((tmp_path / "queues.csv.meta.json").read_text()) == stats
