@@ -35,7 +35,13 @@ def process_start_time(pid: int) -> int | None:
 
 
 def is_same_process(pid: int, start: int | None) -> bool:
-    return start is not None and process_start_time(pid) == start
+    """True while the process that started at `start` runs. A zombie (Z, X) has ended:
+    it waits only for its parent to reap it, which for an orphan is whatever reaps
+    orphans on this machine, as slowly as that goes (or never, for an init that
+    does not reap); it holds nothing clean-up could release."""
+    fields = proc_stat(pid)
+    return (start is not None and fields is not None and fields[0] not in ("Z", "X")
+            and int(fields[19]) == start)
 
 
 class RunState:
