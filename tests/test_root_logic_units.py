@@ -131,6 +131,24 @@ def test_proc_stat_parses_after_the_last_parenthesis(tmp_path, sleeper):
     assert not state.is_same_process(p.pid, start)
 
 
+def test_a_zombie_is_not_the_same_process_any_more(sleeper):
+    """A process that has ended but is not reaped yet (a zombie) is gone for clean-up: an
+    orphan is reaped by whatever reaps orphans on the machine, however slowly (clean's
+    SIGTERM then SIGKILL grace would otherwise wait for that reaper, or fail)."""
+    p = sleeper()
+    start = state.process_start_time(p.pid)
+    assert state.is_same_process(p.pid, start)
+    os.killpg(p.pid, signal.SIGKILL)  # our child: a zombie until we wait for it
+    deadline = time.monotonic() + 10
+    while state.proc_stat(p.pid)[0] != "Z":
+        assert time.monotonic() < deadline, "SIGKILL did not end the child"
+        time.sleep(0.01)
+    assert state.process_start_time(p.pid) == start  # still listed, as a zombie
+    assert not state.is_same_process(p.pid, start)
+    p.wait()
+    assert not state.is_same_process(p.pid, start)
+
+
 def test_run_state_records_and_ownership(state_dir, sleeper):
     s = state.RunState.create("runs/x")
     assert s.path.parent == state_dir and s.path.name.startswith(f"{os.getpid()}-")
