@@ -14,7 +14,12 @@ INCAST = [sys.executable, "-m", "incastlab.apps.incast"]
 
 def test_incast_counts_bytes_exactly(tmp_path: Path) -> None:
     senders, block, rounds = 4, 123_457, 15  # an odd block size: no lucky buffer multiples
-    ports = [free_port() for _ in range(senders)]
+    # four distinct ports: each socket is held until all are bound (free_port() four
+    # times could hand out one port twice, as each is free again once it returns)
+    held = [socket.create_server(("127.0.0.1", 0)) for _ in range(senders)]
+    ports = [s.getsockname()[1] for s in held]
+    for s in held:
+        s.close()
     with LocalJob(tmp_path) as job:
         for i, port in enumerate(ports, start=1):
             job.start(i, INCAST + ["--role", "server", "--listen", f"127.0.0.1:{port}",
