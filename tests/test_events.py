@@ -228,8 +228,11 @@ def ev(index, action="mark", **kw):
 def test_fires_in_time_order_and_undoes_after_duration_and_at_teardown(tmp_path,
                                                                          fake_actions):
     t0 = time.monotonic()
+    # stopped once the four calls happened (a deadline instead would race a slow thread);
+    # wait_s only ends a scheduler that never gets there
     sch, rows = run_scheduler(tmp_path, [ev(0, at_s=0.3), ev(1, at_s=0.1, duration_s=0.1),
-                                         ev(2, "note", at_s=0.2)], wait_s=0.6)
+                                         ev(2, "note", at_s=0.2)], wait_s=10,
+                              stop_when=lambda: len(fake_actions) >= 4)
     order = [(kind, i) for kind, i, _t in fake_actions]
     # 1 applied at 0.1 and undone 0.1 s later (at ~0.2, with 2); 0 at 0.3; teardown
     # undoes 0 (started, not undone); 2 has no undo
@@ -256,7 +259,7 @@ def test_at_iteration_waits_for_the_progress_count(tmp_path, fake_actions):
         count["n"] += 1  # one more step every poll
         return count["n"] // 5
 
-    _sch, rows = run_scheduler(tmp_path, [ev(0, at_iteration=3)], progress, wait_s=2,
+    _sch, rows = run_scheduler(tmp_path, [ev(0, at_iteration=3)], progress, wait_s=10,
                                stop_when=lambda: fake_actions)
     assert [k for k, _i, _t in fake_actions] == ["apply", "undo"]
     assert count["n"] >= 15  # not before progress() said 3
@@ -265,7 +268,7 @@ def test_at_iteration_waits_for_the_progress_count(tmp_path, fake_actions):
 def test_a_failed_apply_is_recorded_fails_the_run_and_is_still_undone(tmp_path,
                                                                       fake_actions):
     sch, rows = run_scheduler(tmp_path, [ev(0, at_s=0.0, fail=True), ev(1, at_s=0.05)],
-                              wait_s=0.3)
+                              wait_s=10, stop_when=lambda: len(fake_actions) >= 2)
     assert sch.error == "events[0] (mark at 0 s) failed: RuntimeError: no such thing"
     bad = [r for r in rows if r["kind"] == "apply" and r["index"] == 0][0]
     assert bad["ok"] is False and bad["error"] == "RuntimeError: no such thing"
