@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import accuracy, metrics, plots
+from . import accuracy, interactive, metrics, plots
+from . import interactive_compare as ic
 from . import multijob as mj
 from .render import CSS, _img
 from .report import _jsonable, analyse
@@ -482,7 +483,7 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
                    "status": r["status"], "reason": r["reason"],
                    **{m.name: r["headline"].get(m.name) for m in declared}} for r in runs]
                  ).to_csv(out / "runs.csv", index=False)
-    figs, not_drawn = [], []
+    figs, not_drawn, sweeps = [], [], []  # sweeps: the line plots, no interactive twin
     x_key = sweep_axis(used, keys)
     for metric in (m.name for m in metrics.plotted() if m.compare):
         unit = units[metric]
@@ -498,9 +499,17 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
                                     f"{x_key.rsplit('.', 1)[-1]}.png", unit)
             if p:
                 figs.append(p)
+                sweeps.append(p)
         p = plots.compare_bars(table, metric, out / "plots" / f"compare_{metric}.png", unit)
         if p:
             figs.append(p)
+    # the interactive figure: every compared metric per group, each run a point linked
+    # to its report (interactive_compare.py); the PNGs above stay as files
+    links = {r["dir"]: _run_link(Path(r["dir"]), out) for r in used}
+    iplot, zero = ic.figure(table, ic.run_points(used, [m.name for m in declared], links),
+                            declared, cell_text, NONNEG_UNITS)
+    shown = {n.split(":")[0] for n in not_drawn}
+    not_drawn += [f"{m}: 0 in every run" for m in zero if m not in shown]
     checks = confounds(used)
     # time to accuracy, where the runs logged held-out evaluations (analysis/accuracy.py)
     tta_html, tta_figs, tta = accuracy.compare_section(
@@ -532,13 +541,20 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
     body.append(jobs_html)
     body.append("<h2>Headline metrics</h2>" + headline_table(table, declared))
     body.append(fabrics_html(used))
-    body.append("<h2>Plots</h2>" + "".join(_img(p, p.stem) for p in figs))
+    body.append("<h2>Plots</h2>" + (iplot or "") + (
+        "".join(_img(p, p.stem) for p in figs) if not iplot else
+        "".join(_img(p, p.stem) for p in sweeps)
+        + "<details><summary>The same per-group plots as PNG images (plots/compare_*.png)"
+        "</summary>" + "".join(_img(p, p.stem) for p in figs if p not in sweeps)
+        + "</details>"))
     if not_drawn:
         body.append("<p class='none'>Not drawn: " + html.escape("; ".join(not_drawn))
                     + ".</p>")
     body.append("<h2>Runs</h2>" + runs_html(runs, declared, out))
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>incastlab comparison"
-            f"</title><style>{CSS}{COMPARE_CSS}</style></head><body>{''.join(body)}"
+            f"</title><style>{CSS}{COMPARE_CSS}</style>"
+            + (interactive.script() if iplot else "")  # plotly.js once, only if drawn
+            + f"</head><body>{''.join(body)}"
             "</body></html>")
     report = out / "compare.html"
     report.write_text(page)
