@@ -507,7 +507,7 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
     # to its report (interactive_compare.py); the PNGs above stay as files
     links = {r["dir"]: _run_link(Path(r["dir"]), out) for r in used}
     iplot, zero = ic.figure(table, ic.run_points(used, [m.name for m in declared], links),
-                            declared, cell_text, NONNEG_UNITS)
+                            declared, cell_text)
     shown = {n.split(":")[0] for n in not_drawn}
     not_drawn += [f"{m}: 0 in every run" for m in zero if m not in shown]
     checks = confounds(used)

@@ -4,8 +4,9 @@ it and, with three or more runs, its 95 % interval. A menu picks the metric.
 
 It follows compare.py's rules, with compare's own numbers (its long table): with fewer
 than MIN_N_FOR_CI runs a group shows its points and their mean, no interval; intervals
-of quantities that cannot be negative stop at 0 (the table's `lo`) and so does their
-axis; a metric that is 0 in every run gets no plot (compare says so in a sentence).
+of quantities that cannot be negative stop at 0 (the table's `lo`); every axis holds 0,
+as in compare's PNGs, so nothing is drawn below 0 unless a value is; a metric that is 0
+in every run gets no plot (compare says so in a sentence).
 Same library and inlining as report.html (interactive.py): plotly, its JavaScript once
 per page from `interactive.script()`, nothing fetched.
 """
@@ -116,14 +117,14 @@ def metric_traces(points: pd.DataFrame, table: pd.DataFrame, metric: str, groups
     return [pts, mean]
 
 
-def figure(table: pd.DataFrame, points: pd.DataFrame, declared: list, text,
-           nonneg_units: set) -> tuple[str | None, list[str]]:
+def figure(table: pd.DataFrame, points: pd.DataFrame, declared: list,
+           text) -> tuple[str | None, list[str]]:
     """compare.html's interactive figure and the metrics left out as all-zero.
 
     `table`: compare's long table (group, metric, n, mean, ci95, lo, hi, values);
     `points`: run_points(); `declared`: the compared Metric list (its order; plotted
-    ones first in the menu); `text(stats, fmt)`: compare.cell_text; `nonneg_units`:
-    units whose axis starts at 0. Returns (HTML fragment or None, [all-zero metrics])."""
+    ones first in the menu); `text(stats, fmt)`: compare.cell_text.
+    Returns (HTML fragment or None, [all-zero metrics])."""
     import plotly.graph_objects as go
 
     if table.empty or points.empty:
@@ -145,10 +146,7 @@ def figure(table: pd.DataFrame, points: pd.DataFrame, declared: list, text,
         ytitle = f"{m.label}" + (f" ({m.unit})" if m.unit else "")
         buttons.append({"label": ytitle, "method": "update",
                         "args": [{"visible": visible},
-                                 {"yaxis.title.text": ytitle,
-                                  "yaxis.rangemode": "tozero" if m.unit in nonneg_units
-                                  else "normal"}]})
-    first = by_name[drawn[0]]
+                                 {"yaxis.title.text": ytitle}]})
     n_per = [int(table[table["group"] == g]["n"].max()) for g in groups]
     _layout(fig, "Each metric per group: every run a point (hover for its name, click to "
             "open its report); the group's mean, with its 95 % CI where n ≥ 3", 480)
@@ -159,8 +157,7 @@ def figure(table: pd.DataFrame, points: pd.DataFrame, declared: list, text,
         margin={"t": 95}, legend={"orientation": "h", "y": -0.25, "x": 0})
     fig.update_xaxes(tickvals=list(range(len(groups))), range=[-0.5, len(groups) - 0.5],
                      ticktext=[f"{g}<br>(n = {n})" for g, n in zip(groups, n_per, strict=True)])
-    fig.update_yaxes(title_text=buttons[0]["label"], zeroline=True,
-                     rangemode="tozero" if first.unit in nonneg_units else "normal")
+    fig.update_yaxes(title_text=buttons[0]["label"], zeroline=True, rangemode="tozero")
     html = fig.to_html(full_html=False, include_plotlyjs=False, config=CONFIG,
                        div_id=DIV_ID, default_width="100%", post_script=CLICK_JS)
     return html, zero
