@@ -20,8 +20,8 @@ import pandas as pd
 from .interactive import CONFIG, _layout
 
 DIV_ID = "iplot-compare"
-JITTER = 0.12  # half-width (in group slots) over which a group's points are spread
-MEAN_OFFSET = 0.25  # the mean and its interval sit right of the points, not on them
+JITTER = 0.08  # half-width (in group slots) over which a group's points are spread
+MEAN_OFFSET = 0.2  # the mean and its interval sit right of the points, not on them
 
 # a click on a run's point opens its report (relative link; nothing outside the page)
 CLICK_JS = """var gd = document.getElementById('{plot_id}');
