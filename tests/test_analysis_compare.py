@@ -239,3 +239,123 @@ def test_confound_flags_cpu_captures_code_machine():
     assert _flags([r, _run("b")])["capture drops"].differs
     none = _flags([{"group": "a", "headline": {}, "manifest": {}}])
     assert all(c.differs is None for c in none.values())
+
+
+# ---- the interactive figure's data (interactive_compare.py, issue 14) ------------------
+
+from incastlab.analysis import interactive_compare as ic  # noqa: E402
+from incastlab.analysis import metrics as _metrics  # noqa: E402
+
+
+def _r(group, name, value):
+    return {"group": group, "name": name, "dir": f"/runs/{name}",
+            "headline": {"retransmissions": value, "zeros": 0}}
+
+
+# one run in a, two in b, three in c (retransmissions 0, 0, 100: the count whose signed
+# interval would reach -110); c4 measured nothing and d1 a NaN: neither is a point
+IRUNS = [_r("a", "a1", 7), _r("b", "b1", 0), _r("b", "b2", 4), _r("c", "c1", 0),
+         _r("c", "c2", 0), _r("c", "c3", 100), _r("c", "c4", None), _r("c", "c5", float("nan"))]
+
+
+def _itable(runs, metric="retransmissions"):
+    groups = dict.fromkeys(r["group"] for r in runs)
+    return pd.DataFrame([{"group": g, "metric": metric, "unit": "packets", **group_stats(
+        [r["headline"][metric] for r in runs if r["group"] == g], nonneg=True)}
+        for g in groups])
+
+
+def test_interactive_points_are_every_run_with_its_link():
+    pts = ic.run_points(IRUNS, ["retransmissions"], {"/runs/a1": "../a1/report.html"})
+    assert list(pts["run"]) == ["a1", "b1", "b2", "c1", "c2", "c3"]
+    assert list(pts["value"]) == [7, 0, 4, 0, 0, 100]
+    assert list(pts["group"]) == ["a", "b", "b", "c", "c", "c"]
+    assert list(pts["link"]) == ["../a1/report.html"] + [""] * 5
+
+
+def test_interactive_traces_follow_compares_rules():
+    pts = ic.run_points(IRUNS, ["retransmissions"], {"/runs/a1": "../a1/report.html"})
+    points, mean = ic.metric_traces(pts, _itable(IRUNS), "retransmissions", ["a", "b", "c"],
+                                    "packets", lambda s: cell_text(s, lambda v: f"{v:,.0f}"))
+    # every run a point in its group's slot (0, 1, 2), spread by at most JITTER
+    assert [round(x) for x in points["x"]] == [0, 1, 1, 2, 2, 2]
+    assert max(abs(x - round(x)) for x in points["x"]) == pytest.approx(ic.JITTER)
+    assert points["y"] == [7, 0, 4, 0, 0, 100]
+    assert points["customdata"][0][:3] == ["a1", "../a1/report.html", "a"]
+    assert "click" in points["customdata"][0][3] and points["customdata"][1][3] == \
+        "no report.html"
+    # the means beside the points; an interval only for c (n = 3)
+    assert mean["x"] == [ic.MEAN_OFFSET, 1 + ic.MEAN_OFFSET, 2 + ic.MEAN_OFFSET]
+    assert mean["y"][:2] == [7, 2] and mean["y"][2] == pytest.approx(100 / 3)
+    err = mean["error_y"]
+    assert err["array"][:2] == [None, None] and err["arrayminus"][:2] == [None, None]
+    # c: up by the half-width 4.303 * 57.7 / sqrt(3) = 143.4, down only to 0 (a count)
+    assert err["array"][2] == pytest.approx(143.4, abs=0.1)
+    assert err["arrayminus"][2] == pytest.approx(100 / 3)
+    assert "fewer than 3 runs: no interval" in mean["hovertext"][1]
+    assert "0, 4" in mean["hovertext"][1] and "33 [0, 177]" in mean["hovertext"][2]
+
+
+def _plotly_figure(page, div_id=ic.DIV_ID):
+    """(data, layout) of the figure plotly draws into `div_id`: the JSON arguments of its
+    Plotly.newPlot call, as the browser gets them."""
+    at = page.index(f'"{div_id}"', page.index("Plotly.newPlot")) + len(div_id) + 2
+    dec = json.JSONDecoder()
+    rest = page[at:].lstrip(" \n,")
+    data, end = dec.raw_decode(rest)
+    layout, _ = dec.raw_decode(rest[end:].lstrip(" \n,"))
+    return data, layout
+
+
+def _imetric(name, plot):
+    return _metrics.Metric(name, name.replace("_", " "), "packets", "test", lambda a: None,
+                           plot=plot)
+
+
+def test_interactive_figure_leaves_out_all_zero_and_fetches_nothing():
+    pts = ic.run_points(IRUNS, ["retransmissions", "zeros"], {"/runs/a1": "../a1/report.html"})
+    table = pd.concat([_itable(IRUNS), _itable(IRUNS, "zeros")])
+    declared = [_imetric("zeros", True), _imetric("retransmissions", False)]
+    page, zero = ic.figure(table, pts, declared, cell_text)
+    assert zero == ["zeros"]
+    assert page.count(f'id="{ic.DIV_ID}"') == 1 and page.count("Plotly.newPlot") == 1
+    data, layout = _plotly_figure(page)
+    # one metric drawn (retransmissions): its points and its means, shown at first
+    assert [(t["name"], t["visible"]) for t in data] == [
+        ("each run", True), ("group mean (95 % CI where n ≥ 3)", True)]
+    assert data[0]["customdata"][0][:2] == ["a1", "../a1/report.html"]
+    assert data[0]["y"] == [7, 0, 4, 0, 0, 100] and "plotly_click" in page
+    assert [b["label"] for b in layout["updatemenus"][0]["buttons"]] == [
+        "retransmissions (packets)"]
+    assert layout["yaxis"]["rangemode"] == "tozero"
+    assert [t.split("<br>")[0] for t in layout["xaxis"]["ticktext"]] == ["a", "b", "c"]
+    assert "://" not in page and "<script src" not in page  # nothing from another host
+    # nothing but zeros: no figure at all
+    assert ic.figure(_itable(IRUNS, "zeros"), pts[pts["metric"] == "zeros"],
+                     declared, cell_text) == (None, ["zeros"])
+
+
+def test_compare_page_inlines_plotly_once_and_links_points(tmp_path):
+    from incastlab.analysis import interactive
+
+    runs = [_incast_run(tmp_path / "a1", "ecmp", 1, [10, 10]),
+            _incast_run(tmp_path / "b1", "single", 1, [4, 4]),
+            _incast_run(tmp_path / "b2", "single", 2, [8, 8])]
+    (tmp_path / "a1" / "report.html").write_text("x")
+    page = compare_runs(runs, tmp_path / "cmp")["report"].read_text()
+    assert page.count(interactive.script()) == 1 and page.count("Plotly.newPlot") == 1
+    data, layout = _plotly_figure(page)
+    menu = [b["label"] for b in layout["updatemenus"][0]["buttons"]]
+    m = next(m for m in _metrics.compared() if m.name == "goodput_mbps")
+    goodput = menu.index(f"{m.label} ({m.unit})")
+    pts = data[2 * goodput]  # two traces a metric: its runs, then its groups' means
+    assert pts["name"] == "each run" and pts["y"] == [10, 4, 8]
+    # each run's link, relative to compare.html ("" where no report.html was built)
+    assert [c[:2] for c in pts["customdata"]] == [["a1", "../a1/report.html"], ["b1", ""],
+                                                   ["b2", ""]]
+    assert data[2 * goodput + 1]["error_y"]["array"] == [None, None]  # n = 1, 2: no CI
+    assert sum(t["visible"] is True for t in data) == 2  # one metric shown at a time
+    assert "://" not in page
+    # the per-group PNGs stay (files, and on the page in a box)
+    assert "<details><summary>The same per-group plots" in page
+    assert (tmp_path / "cmp" / "plots" / "compare_goodput_mbps.png").exists()

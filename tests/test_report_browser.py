@@ -1,6 +1,7 @@
 """report.html and compare.html as a reader's browser shows them: headless Chromium
 (Debian's `chromium`), every host name unresolvable, a 1400 px window. The interactive
-figures and the fabric picture must be drawn, nothing may stick out to the right, and
+figures (report: queues, throughput, timeline; compare: each metric per group) and the
+fabric picture must be drawn, nothing may stick out to the right, and
 the page may ask for nothing over the network (analysis/browsercheck.py)."""
 import json
 
@@ -54,7 +55,11 @@ def test_compare_renders_offline_and_fits(tmp_path):
     assert seen["scrollWidth"] <= 1400, seen["wide"]
     assert seen["scrolled"] == 0
     assert seen["fabric_links"] == 2 * 16  # one picture per group
-    assert seen["images"] >= 1
+    # the per-group figure (interactive_compare.py) drawn, one metric shown: its runs'
+    # points and its groups' means, two traces (the other metrics' are not drawn yet)
+    assert seen["plots"] == 1 and seen["drawn"] >= 1 and seen["traces"] == 2
+    assert seen["images"] >= 1  # the PNGs kept (in a closed box)
+    assert page.read_text().count("Plotly.newPlot") == 1
 
 
 def test_probe_sees_overflow_and_requests(tmp_path):
