@@ -62,11 +62,16 @@ def test_latency_numbers_within_what_the_fabric_allows(ps_run):
     # the server's own. HTB's 15 kB bucket lets a frame through an idle port at once, so
     # no single sample has a floor; but a sample taken while the server's port is
     # backlogged (its bucket then empty: HTB holds packets only without tokens) waits at
-    # least its own frame's serialisation there, and the pushes keep that port
-    # backlogged for most of the samples: the median has that floor, at least.
+    # least its own frame's serialisation there. The pushes (worker → server) are what
+    # keeps that port backlogged, so most of their samples wait there: their median has
+    # that floor, at least (seen: 11.3 ms, near the 12.1 ms of a full queue). Not the
+    # median of all flows: the pulls (server → worker, more samples than the pushes)
+    # cross idle ports, and theirs sits near the floor (0.57 ms seen; 0.90 ms for all).
     frame_ms = 1514 * 8 / (RATE_MBPS * 1e6) * 1e3                   # 0.61 ms
-    assert head["rtt_p50_ms"] >= frame_ms, lat
-    assert head["rtt_p50_ms"] <= head["rtt_p99_ms"]
+    rtt = {g["group"]: g for g in lat["groups"] if g["measure"] == "RTT"}
+    assert rtt["worker → server"]["samples"] > 100, rtt
+    assert rtt["worker → server"]["p50_ms"] >= frame_ms, rtt
+    assert rtt["all flows"]["p50_ms"] == head["rtt_p50_ms"] <= head["rtt_p99_ms"], rtt
 
 
 def test_no_ack_returns_before_its_data_arrived(ps_run):
