@@ -16,10 +16,13 @@ from tests.rootnet import run_complete
 pytestmark = pytest.mark.root
 QUEUE_BYTES = 15_140  # ten 1514-byte frames: shallow, as classic-incast's 8 packets
 SENDERS = 8
-# tc against the captures: the same allowance as tests/test_analysis_root.py (FACTOR,
-# SLACK) and for the same reason — on an OVS-userspace port tc counts refused enqueues,
-# which OVS may retry, and a refusal that ends a send batch drops the rest uncounted.
-FACTOR = 2.0
+# tc against the captures: the bounds of tests/test_analysis_root.py (OVS_BATCH_MAX,
+# TC_PER_LOSS_MAX, SLACK) and for the same reason: on an OVS-userspace port tc counts
+# refused enqueues, a refused packet may be counted twice, and a refusal that ends a send
+# batch drops the rest of it (at most 32 packets) uncounted. Here each sender's window
+# reaches the full queue as one batch, so tc runs low (0.62 x the captures' losses seen).
+TC_PER_LOSS_MAX = 2
+OVS_BATCH_MAX = 32
 SLACK = 10
 
 
@@ -50,5 +53,10 @@ def test_a_byte_limited_queue_drops_at_its_limit(tmp_path):
     rec = json.loads((tmp_path / "metrics.json").read_text())["reconciliation"]
     tc, lost = rec["tc_drops"], rec["capture_losses"]
     assert tc >= drops
-    assert lost / FACTOR - SLACK <= tc <= lost * FACTOR + SLACK, rec
+    assert tc <= TC_PER_LOSS_MAX * lost + SLACK, rec
+    # from below only where the datapath kept up: a saturated ovs-vswitchd also loses
+    # packets before any queue (unread in its sockets), which no tc counter sees
+    cpu = json.loads((tmp_path / "manifest.json").read_text())["cpu"]
+    if not cpu["saturated"]:
+        assert tc >= lost / OVS_BATCH_MAX, (rec, cpu)
     assert rec["capture_drops"] == 0, "tcpdump itself lost packets: captures untrustworthy"
