@@ -19,14 +19,22 @@ from tests.rootnet import free_port, overtaken_segments
 
 pytestmark = pytest.mark.root
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-# How far tc's drop counter may stray from the losses the captures prove. On an OVS
-# userspace-datapath egress port tc counts refused enqueues, not lost packets: OVS may
-# retry a refused packet once (a second count if refused again), and a refusal that ends a
-# send call discards the rest of its batch uncounted, see analysis/reconcile.py. Runs
-# here gave tc/captures ratios of 0.44-1.52. So: within a factor of two, plus a few
-# packets, and the report must state the ratio. The kernel's own retransmission count
-# against the captures' is the tight, exact cross-check.
-FACTOR = 2.0
+# How far tc's drop counter may stray from the losses the captures prove, from how the
+# OVS userspace datapath hands a batch of packets to an egress port (sendmmsg on an
+# AF_PACKET socket, analysis/reconcile.py): the packet the full queue refuses is counted,
+# OVS retries it once (counted again if refused again) and then discards the rest of the
+# batch uncounted. So a lost packet counts at most twice (a refused one that the retry
+# delivered, once: rare, the retry comes within microseconds while a frame drains in
+# 0.1-0.6 ms here; SLACK), and every counted refusal loses at most one batch, at most
+# NETDEV_MAX_BURST = 32 packets. Where a run falls between lost / 32 and 2 x lost is the
+# datapath's: the more of a burst reaches a full queue in one send call (the longer OVS
+# takes to come back to a port: a busy CPU), the more tail goes uncounted. Runs here
+# gave 0.44-1.56 (this incast 1.49; tests/test_queue_bytes_root.py's 0.62, each of its
+# 8 senders' windows reaching the port as one batch): a band of 1/2-2 fails on a busier
+# machine without anything being wrong. The report must state the ratio; the kernel's
+# own retransmission count against the captures' is the tight, exact cross-check.
+TC_PER_LOSS_MAX = 2
+OVS_BATCH_MAX = 32
 SLACK = 10
 
 
@@ -51,7 +59,12 @@ def test_queue_drops_and_capture_losses_agree(incast_run):
     rec = metrics["reconciliation"]
     tc, lost = rec["tc_drops"], rec["capture_losses"]
     assert tc > 20, "a 20-packet queue under a 4:1 incast must overflow"
-    assert lost / FACTOR - SLACK <= tc <= lost * FACTOR + SLACK, rec
+    assert tc <= TC_PER_LOSS_MAX * lost + SLACK, rec
+    # from below only where the datapath kept up: a saturated ovs-vswitchd also loses
+    # packets before any queue (unread in its sockets), which no tc counter sees
+    cpu = json.loads((incast_run / "manifest.json").read_text())["cpu"]
+    if not cpu["saturated"]:
+        assert tc >= lost / OVS_BATCH_MAX, (rec, cpu)
     summary = (incast_run / "summary.md").read_text()
     assert f"tc counted {int(tc)} drops" in summary and "ratio" in summary, \
         "the report must put the two counts and their ratio side by side"
@@ -110,7 +123,16 @@ def test_ring_captures_agree_with_the_kernel(tmp_path):
     # a FIN's, no payload in the captures' count); measured equal in every run so far
     kernel = rec["kernel"]["TcpRetransSegs"] - (rec["kernel"].get("TcpExtTCPSynRetrans") or 0)
     assert abs(kernel - rec["capture_retrans"]) <= 0.01 * kernel + 2, rec
-    assert rec["capture_spurious"] <= 0.1 * rec["capture_retrans"] + 3, rec
+    # Almost no retransmission resends data that had arrived, beyond those the timers
+    # sent: a tail-loss probe (a few ms after the last ACK) or an RTO and the slow-start
+    # retransmissions after it resend data still in flight whenever the datapath holds
+    # it longer than the timer, which a busy CPU does (a run with the machine saturated
+    # by other tests: 1 retransmission, a spurious probe). Reordering shows in the rest:
+    # fast retransmissions on duplicate ACKs / SACKs for data that only came late.
+    k = rec["kernel"]
+    timers = sum(k.get(c) or 0 for c in ("TcpExtTCPLossProbes", "TcpExtTCPTimeouts",
+                                         "TcpExtTCPSlowStartRetrans"))
+    assert rec["capture_spurious"] <= 0.1 * rec["capture_retrans"] + 3 + timers, rec
     # at each ring host's own interface (after its qdisc) every flow's data leaves in order
     fabric = FabricMap.load(tmp_path / "fabric.json")
     manifest = json.loads((tmp_path / "manifest.json").read_text())
