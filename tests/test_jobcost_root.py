@@ -5,8 +5,9 @@ explained against its bound).
   retransmission timer: the attribution must show RTO-stall time, and every iteration it
   charges with a stall must hold an RTO that the captures show (and the other way round).
 - A ring at 50 Mbit/s runs at its bound: measured communication over the framed bound
-  near 1 once the loss events the attribution names are taken off, and each of its loss
-  recoveries is a fast one lasting about a round trip.
+  near 1 once the loss events the attribution names are taken off (on a machine whose CPU
+  kept up; a saturated one is said so in the report), and each of its loss recoveries is
+  a fast one lasting about a round trip.
 - trace.json of a real run loads as JSON and its iteration events match the worker logs
   in count and order.
 """
@@ -111,7 +112,21 @@ def test_ring_runs_at_its_bound_apart_from_fast_recoveries(ring_run):
     # first: a CI run once lost one packet to a busy datapath and its 200 ms RTO made the
     # ratio 1.21. Whatever is left is the ring at its bound: within the target's 11 %.
     events = (cost["rto_stall_s"] + cost["loss_recovery_s"]) / cost["bound_s"]
-    assert 0.97 <= cost["ratio"] - events <= 1.11, cost
+    # the attribution charges an iteration at most its excess over the bound, so what is
+    # left cannot fall below the bound (3 % for an iteration that beat it by its timers)
+    assert 0.97 <= cost["ratio"] - events, cost
+    # The upper limit needs a machine that keeps up: the userspace datapath forwards every
+    # packet on the CPU, so a saturated machine slows the ring with no loss at all (seen
+    # with one core held half busy: every iteration 1.4-1.6 s against 1.03 s, ovs-vswitchd
+    # given 44 % of a core where it takes 79 % on a quiet run, recovery 0.08 of the bound,
+    # the rest unexplained: ratio 1.53). The run records that (manifest cpu.saturated);
+    # then the limit is not the ring's to meet, and what the product owes is to say so.
+    cpu = json.loads((ring_run / "manifest.json").read_text())["cpu"]
+    if cpu["saturated"]:
+        problems = json.loads((ring_run / "metrics.json").read_text())["problems"]
+        assert any(p.startswith("The CPU was saturated") for p in problems), (cpu, problems)
+    else:
+        assert cost["ratio"] - events <= 1.11, (cost, cpu)
     # Loss recovery. This emulator loses a few packets where no queue counts them (OVS's
     # userspace datapath under CPU load: 20-30 recoveries per 5 iterations on a quiet
     # machine, more on a busy one), so how many recoveries a run has is the machine's. What
