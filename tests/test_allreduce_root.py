@@ -47,6 +47,20 @@ ALGORITHMS = ("ring", "halving-doubling", "tree", "hierarchical")
 TARGET, START_SKEW, CPU = 1.10, 0.12, 0.10
 LIMIT = {"ring": TARGET + START_SKEW + CPU, "tree": TARGET + START_SKEW + CPU,
          "hierarchical": TARGET + START_SKEW + CPU, "halving-doubling": 1.69 + 0.200 / 1.706}
+# On top of LIMIT, the retransmission timeouts the hosts' kernels counted in the run
+# (nstat TcpExtTCPTimeouts, after - before; these runs have no captures to place them).
+# A timeout stalls the all-reduce it falls in, for every rank, by its silence: Linux's
+# RTO is srtt + max(4 mdev, 200 ms), srtt at most the path's full queues (100 packets of
+# 1514 B at 50, 20, 20 and 50 Mbit/s: 0.17 s) and 4 mdev under the 200 ms floor unless
+# the RTT swings by 50 ms on average: RTO0 = 0.37 s. A host's k firings cost at most
+# (2^k - 1) RTO0 (one chain, each firing doubling the last), so the mean over ranks and
+# the COUNTED iterations rises by at most the sum of that over hosts / COUNTED. (A CPU
+# saturated by a second job on the 2 cores made 3 firings on three hosts in one all-
+# reduce of halving-doubling: that iteration 2.31 of its bound, the others 1.64-1.68,
+# the mean 1.875 against 1.807; the quiet runs have none.)
+QUEUE_S = 100 * 1514 * 8 * (2 / 50e6 + 2 / 20e6)
+RTO0_S = QUEUE_S + 0.200
+COUNTED = 3  # iterations 1-3 of 4 (_allreduce_s)
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +76,18 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         build_report(run_dir)
         out[algo] = run_dir
     return out
+
+
+def _rto_stall_s(run_dir: Path) -> float:
+    """The longest the RTOs the hosts' kernels counted in the run can have stalled it, added
+    up over the all-reduces they fell in (see RTO0_S)."""
+    def timeouts(path: Path) -> int:
+        return json.loads(path.read_text())["kernel"]["TcpExtTCPTimeouts"]
+
+    firings = [timeouts(p) - timeouts(p.with_name(p.name.replace(".after.", ".before.")))
+               for p in sorted((run_dir / "counters").glob("*.after.json"))]
+    assert firings, "no kernel counters"
+    return sum(2 ** k - 1 for k in firings) * RTO0_S
 
 
 def _allreduce_s(run_dir: Path) -> list[float]:
@@ -82,9 +108,11 @@ def test_each_algorithm_runs_at_or_above_its_bound(runs, algo):
     assert f"{algo} all-reduce" in cost["formula"] or algo == "ring"
     mean = sum(_allreduce_s(run_dir)) / len(_allreduce_s(run_dir))
     # a lower bound: the mean may not beat it (2 % for timer and rate-shaping slack);
-    # and the schedule gets within LIMIT of it on this fabric
-    assert 0.98 * cost["bound_s"] <= mean <= LIMIT[algo] * cost["bound_s"], \
-        (mean, cost["formula"])
+    # and the schedule gets within LIMIT of it on this fabric, plus what the counted RTOs
+    # can have stalled it
+    rto_s = _rto_stall_s(run_dir)
+    assert 0.98 * cost["bound_s"] <= mean <= LIMIT[algo] * cost["bound_s"] + rto_s / COUNTED, \
+        (mean / cost["bound_s"], rto_s, cost["formula"])
 
 
 def test_hierarchical_beats_the_flat_ring_on_oversubscribed_spines(runs):
