@@ -129,17 +129,31 @@ def test_link_down_mid_run_under_ecmp_fails_over_to_the_other_spine(tmp_path):
     # here is not guaranteed on a busy machine, the communication timeout is
     assert (flows["failover_s"] < spec.workload.timeout_s).all()
     assert flows["lost"].notna().all() and (flows["lost"] >= 0).all()
-    # the controller saw the port-status and reacted (failover.csv)
-    assert 0 <= ev["detect_s"] < 1.0 and 0 < ev["reaction_s"] < 1.0
-    assert ev["repaired_s"] == pytest.approx(ev["detect_s"] + ev["reaction_s"], abs=1e-3)
-    # traffic went on over sp2 (lf1-eth4) while sp1 could not reach leaf 2
-    tcp_df = a.tables["tcp"]
+    # the controller saw the port-status and reacted (failover.csv): a row of this event
+    # (within the analysis's DETECT_HORIZON_S, else NaN), its repair (the last barrier
+    # reply) done before the link came back at iteration 10, else what is measured is
+    # not this failure's repair. How fast is the machine's (detect 11-19 ms, reaction
+    # 4-18 ms in runs here on a saturated machine): held to 1 s only when the run's CPU
+    # kept up (manifest cpu.saturated).
     t_down, t_up = applied[2]["t"], applied[3]["t"]
+    assert ev["detect_s"] >= 0 and ev["reaction_s"] > 0, ev
+    assert ev["repaired_s"] < t_up - t_down, (ev, t_up - t_down)
+    if not manifest["cpu"]["saturated"]:
+        assert ev["detect_s"] < 1.0 and ev["reaction_s"] < 1.0, ev
+    assert ev["repaired_s"] == pytest.approx(ev["detect_s"] + ev["reaction_s"], abs=1e-3)
+    # traffic went on over sp2 (lf1-eth4) while sp1 could not reach leaf 2. lf1's uplink
+    # to sp1 stays up, so only the controller's repair takes sp1 out of lf1's groups:
+    # from then on (+ 0.5 s: the datapath's cached flows are revalidated after the
+    # barrier, and what the queues to and from sp1 held drains in 30 ms) nothing
+    # crosses lf1-eth3 (was: nothing after the event + 0.5 s, which held the controller
+    # to 0.5 s; the last packet there came 11-26 ms after the event)
+    tcp_df = a.tables["tcp"]
+    settled = t_down + ev["repaired_s"] + 0.5
     on_sp2 = tcp_df[(tcp_df["iface"].astype(str) == "lf1-eth4") & (tcp_df["payload_len"] > 0)
-                    & (tcp_df["t"] > t_down + 0.5) & (tcp_df["t"] < t_up)]
+                    & (tcp_df["t"] > settled) & (tcp_df["t"] < t_up)]
     on_sp1 = tcp_df[(tcp_df["iface"].astype(str) == "lf1-eth3") & (tcp_df["payload_len"] > 0)
-                    & (tcp_df["t"] > t_down + 0.5) & (tcp_df["t"] < t_up)]
-    assert len(on_sp2) > 100 and len(on_sp1) == 0
+                    & (tcp_df["t"] > settled) & (tcp_df["t"] < t_up)]
+    assert len(on_sp2) > 100 and len(on_sp1) == 0, (len(on_sp2), len(on_sp1))
     # and the report says so
     out = report.build_report(run_dir, plots=False)
     summary = out["summary"].read_text()
