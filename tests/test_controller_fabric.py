@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -146,6 +147,32 @@ def delta(after: dict, before: dict) -> dict:
     return {k: after[k] - before.get(k, 0) for k in after}
 
 
+def listening(pid: int, port: int) -> bool:
+    """A TCP socket listening on ``port`` in the network namespace of process ``pid``
+    (/proc/PID/net/tcp and tcp6 list that namespace's sockets; state 0A = LISTEN)."""
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{name}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                return True
+    return False
+
+
+def wait_listening(servers, ports, timeout=20.0) -> None:
+    """Until every iperf3 server listens: a client started before that is refused, and
+    how long a server takes to start is the machine's (a fixed 0.5 s was the wait)."""
+    deadline = time.monotonic() + timeout
+    for proc, port in zip(servers, ports, strict=True):
+        while not listening(proc.pid, port):
+            assert proc.poll() is None, f"iperf3 -s -p {port} exited with {proc.returncode}"
+            assert time.monotonic() < deadline, f"iperf3 -s -p {port} not listening"
+            time.sleep(0.02)
+
+
 def run_iperf(u: Up, flows, seconds=IPERF_SECONDS, start_gap=0.0, parallel=1):
     """Run iperf3 flows (client host, server host, server port, client port or None),
     servers in the server hosts. Client i starts i*start_gap seconds after the
@@ -156,7 +183,7 @@ def run_iperf(u: Up, flows, seconds=IPERF_SECONDS, start_gap=0.0, parallel=1):
             servers.append(u.fab.popen(
                 srv, ["iperf3", "-s", "-1", "-p", str(sport)], f"iperf3 -s {srv}",
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        time.sleep(0.5)
+        wait_listening(servers, [sport for _, _, sport, _ in flows])
         total = seconds + start_gap * (len(flows) - 1)
         for i, (cli, srv, sport, cport) in enumerate(flows):
             if i and start_gap:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -158,6 +159,15 @@ class Witness(app_manager.OSKenApp):
 """
 
 
+def _answers(port: int) -> bool:
+    """Something accepts TCP connections on 127.0.0.1:``port`` (as the run checks)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
 @pytest.fixture
 def external(tmp_path):
     """The test's own os-ken controller on a free 127.0.0.1 port: (port, log, process)."""
@@ -169,8 +179,11 @@ def external(tmp_path):
     ctl = subprocess.Popen([sys.executable, str(script), str(port), str(log), str(EXAMPLE)],
                            start_new_session=True, stdin=subprocess.DEVNULL)
     try:
+        # started = its apps instantiated and its OpenFlow port accepting (os-ken binds it
+        # after the apps; the run refuses a controller that does not answer there)
         deadline = time.monotonic() + 30
-        while not (log.exists() and "instantiating app witness" in log.read_text()):
+        while not (log.exists() and "instantiating app witness" in log.read_text()
+                   and _answers(port)):
             assert ctl.poll() is None, "the external controller died"
             assert time.monotonic() < deadline, "the external controller did not start"
             time.sleep(0.2)
