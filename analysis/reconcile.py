@@ -1,7 +1,7 @@
 """Put queue counters, capture-inferred losses and kernel TCP counters side by side.
 
 No single source is trusted alone. On an OVS-userspace egress port `tc -s qdisc`
-counts failed enqueue attempts, not lost packets (DESIGN.md saw about twice what TCP
+counts failed enqueue attempts, not lost packets (measured: about twice what TCP
 lost). Why, from OVS's lib/netdev-linux.c (netdev_linux_sock_batch_send): the datapath
 hands a port a batch of packets with sendmmsg() on an AF_PACKET socket; when the queue
 is full, the packet that fails is counted as a drop, sendmmsg returns the number sent
