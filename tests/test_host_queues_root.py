@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from incastlab.analysis.pcap import ip_to_int, read_pcap
+from incastlab.capture.cpu import CpuMonitor
 from incastlab.fabric import Fabric
 from incastlab.iperf import result as iperf3_result
 from incastlab.iperf import start_client, start_server
@@ -100,8 +101,9 @@ def test_flow_classes_keep_connections_in_order_and_acks_apart(tmp_path):
     with Fabric(LeafSpineTopo(2, 2, 2, host_bw=RATE_MBPS), run_dir=tmp_path,
                 controller_port=free_port()) as fab:
         h1, h3 = fab.net["h1"].IP(), fab.net["h3"].IP()
-        apart = _bidir(fab, tmp_path, "apart", *_ports(h1, h3, same=False, base=41000))
-        shared = _bidir(fab, tmp_path, "shared", *_ports(h1, h3, same=True, base=46000))
+        with CpuMonitor() as cpu:  # whether the machine kept up (see the turnaround below)
+            apart = _bidir(fab, tmp_path, "apart", *_ports(h1, h3, same=False, base=41000))
+            shared = _bidir(fab, tmp_path, "shared", *_ports(h1, h3, same=True, base=46000))
     me, peer = ip_to_int(h1), ip_to_int(h3)
     for run in (apart, shared):
         # both directions near the link rate (each iperf3 counts its own slow start, and
@@ -126,14 +128,25 @@ def test_flow_classes_keep_connections_in_order_and_acks_apart(tmp_path):
     fast = _ack_turnaround(apart["tcp"], me, peer)
     slow = _ack_turnaround(shared["tcp"], me, peer)
     assert len(fast) > 1000 and len(slow) > 1000 and min(fast) >= 0 and min(slow) >= 0
-    # apart: an ACK waits for at most the skb of the other class being sent (gso_segments
-    # = 2 frames, 1.2 ms at 20 Mbit/s) plus scheduling; in one FIFO it waits behind all of
-    # h1's queued bulk, which TCP small queues keep at a few skbs (medians seen: 1.7 vs
-    # 4.5 ms; 1.15 vs 1.8 ms with one-segment skbs), so at least half a frame time more
+    # apart: an ACK waits for its delayed-ACK partner (at most a frame time, 0.6 ms at
+    # 20 Mbit/s) and at most the skb of the other class being sent (gso_segments = 2
+    # frames, 1.2 ms) plus scheduling; in one FIFO it waits behind all of h1's queued
+    # bulk, which TCP small queues keep at a few skbs (medians seen: 1.47 vs 3.0 ms; 1.7
+    # vs 4.5 ms before; 1.15 vs 1.8 ms with one-segment skbs), so at least half a frame
+    # time more. "Plus scheduling": the receive processing and HTB's watchdog run in
+    # softirqs, which a saturated machine defers to ksoftirqd, a thread that waits for a
+    # CPU like any other: both medians then grow by that wait (1.86 vs 3.33 ms seen with
+    # other tests running beside). Their difference is the classes' doing and is held
+    # always; the 2.5 ms ceiling (the 1.8 ms above and 0.7 ms of scheduling) only where
+    # the machine kept up
     frame_s = 1514 * 8 / (RATE_MBPS * 1e6)
-    assert np.median(fast) < 0.0025, f"median ACK turnaround {np.median(fast):.4f} s"
+    load = cpu.summary()
+    if not load["saturated"]:
+        assert np.median(fast) < 0.0025, (f"median ACK turnaround {np.median(fast):.4f} s",
+                                          load)
     assert np.median(slow) > np.median(fast) + frame_s / 2, (np.median(slow), np.median(fast))
-    print("ACK turnaround percentiles (10/50/90, ms): apart",
+    print(f"machine busy {load['mean_busy'] or 0:.2f}, saturated {load['saturated']};"
+          " ACK turnaround percentiles (10/50/90, ms): apart",
           np.percentile(fast, [10, 50, 90]).round(4) * 1e3, "shared",
           np.percentile(slow, [10, 50, 90]).round(4) * 1e3)
 
@@ -171,7 +184,10 @@ def test_wireshark_counts_the_retransmissions_the_kernel_counts(tmp_path):
         pcap = tmp_path / "pcap" / f"{host.intf}.pcap"
         counters = [json.loads((tmp_path / "counters" / f"{host.name}.{phase}.json")
                                .read_text())["kernel"] for phase in ("before", "after")]
-        kernel = counters[1]["TcpRetransSegs"] - counters[0]["TcpRetransSegs"]
+        # less the SYN and SYN-ACK retransmissions the kernel counts too (no payload:
+        # not in tshark's count below)
+        data_retrans = [c["TcpRetransSegs"] - c.get("TcpExtTCPSynRetrans", 0) for c in counters]
+        kernel = data_retrans[1] - data_retrans[0]
         mine = f"ip.src == {host.ip} && tcp.len > 0"
         retrans = _tshark_count(pcap, f"{mine} && tcp.analysis.retransmission")
         ooo = _tshark_count(pcap, f"{mine} && tcp.analysis.out_of_order"
