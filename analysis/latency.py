@@ -376,7 +376,9 @@ class Samples:
             local, uniq = pd.MultiIndex.from_frame(df[self.keys]).factorize()
             lut = np.array([self._code.setdefault(k, len(self._code)) for k in uniq],
                            dtype=np.int32)
-            self._vals.append(df[self.value].to_numpy(dtype=float))
+            # a copy: the column alone is a view of the frame's whole block of float
+            # columns (t, t_ack, rtt_s ...), which would stay in memory with it
+            self._vals.append(df[self.value].to_numpy(dtype=float, copy=True))
             self._codes.append(lut[local])
             self.rows += len(df)
             self._merged = None

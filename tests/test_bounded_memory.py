@@ -239,3 +239,35 @@ def test_a_capture_that_cannot_be_stored_leaves_the_store_as_it_was(run, monkeyp
             store.add(second.stem, read_pcap(second, cache=False))
         assert (list(store.ifaces), store.rows, store.t_range, store.data_range) == before[:4]
         pd.testing.assert_frame_equal(store.frame(), before[4])
+
+
+def test_samples_keep_only_their_values_not_the_frames_blocks():
+    """Samples keeps each part's value column, 8 bytes a sample: not a view of the part's
+    frame, whose block of float columns (t, t_ack, rtt_s: 24 bytes a sample) would stay
+    in memory with it (seen: 45 MB of a 6 M packet run's analysis held so)."""
+    n = 1000
+    df = pd.DataFrame({"flow": ["f"] * n, "role": ["a → b"] * n, "src": 1, "dst": 2,
+                       "sport": 3, "dport": 4, "iface": "h1-eth0",
+                       "t": np.arange(n, dtype=float), "t_ack": np.arange(n) + 0.5,
+                       "rtt_s": np.full(n, 0.5), "seq": 0, "len": 1448, "ip_id": 7,
+                       "sack": False})
+    s = lat.Samples(lat.RTT_COLUMNS, "rtt_s", lat.RTT_KEYS)
+    try:
+        s.add(df)
+        v = s._vals[0]
+        assert v.base is None and v.flags.owndata  # its own 8 bytes a sample, no more
+        assert v.tolist() == [0.5] * n
+    finally:
+        s.close()
+
+
+def test_the_heap_is_trimmed_after_each_chunk(run, monkeypatch):
+    """What each chunk freed goes back to the system before the next (glibc keeps it in
+    heap holes otherwise: a 6 M packet report's RSS grew 233 MB over 3 chunks, 57 MB of
+    them held by Python); on this glibc machine the trim is really there."""
+    assert chunked._LIBC is not None and hasattr(chunked._LIBC, "malloc_trim")
+    calls = []
+    monkeypatch.setattr(chunked, "release_freed_memory", lambda: calls.append(1))
+    with _store(run) as store:
+        tt = chunked.analyse_tcp(store, chunk_packets=1)
+    assert tt.chunks >= 4 and len(calls) == tt.chunks
