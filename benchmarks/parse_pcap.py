@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python benchmarks/parse_pcap.py [--pcap FILE] [--packets 600000]
          [--big 5000000] [--scapy-subset 30000] [--workdir /tmp/incastlab-bench]
-         [--memory-packets 20000000] [--memory-small-packets 3000000]
+         [--memory-packets 20000000] [--memory-small-packets 3000000] [--memory-only]
 
 What it does
   1. Unless --pcap is given, makes a REAL capture: `tcpdump -i lo -s 128 -c N` while
@@ -31,6 +31,7 @@ What it does
      analysis (every capture parsed, tcp.combine, tcp.py's tables: what report.py did
      before analysis/chunked.py), whose bytes per packet give its extrapolation to the
      big run. The run directories are deleted afterwards unless --keep.
+  --memory-only: step 4 alone (with --pcap, or after making the capture of step 1).
   Prints a table with each parser's rate relative to the project parser and ends with
   one JSON line of all figures. Timings are measured, never asserted.
 """
@@ -391,6 +392,8 @@ def main(argv=None) -> int:
                     help="packets in the run whose report's peak memory is measured (0: skip)")
     ap.add_argument("--memory-small-packets", type=int, default=3_000_000,
                     help="packets in the run on which the all-in-memory analysis is measured")
+    ap.add_argument("--memory-only", action="store_true",
+                    help="only the memory of the analysis (step 4), not the parsers' rates")
     args = ap.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     made = {}
@@ -400,19 +403,20 @@ def main(argv=None) -> int:
         made = make_capture(pcap, args.packets, args.max_seconds)
     results = {}
     load_before = os.getloadavg()
-    for name in ("project", "dpkt", "tshark", "scapy"):
+    for name in () if args.memory_only else ("project", "dpkt", "tshark", "scapy"):
         if name == "tshark" and not shutil.which("tshark"):
             results[name] = {"error": "tshark not installed"}
             continue
         limit = args.scapy_subset if name == "scapy" else 0
         results[name] = run_parser(name, pcap, limit, args.repeat if name == "project" else 1)
-    total = results["project"].get("packets")
+    total = results.get("project", {}).get("packets")
     if "rate_pps" in results.get("scapy", {}):
         results["scapy"]["extrapolated_seconds_full_file"] = total / results["scapy"]["rate_pps"]
     big = args.workdir / "big.pcap"
-    info = make_big(pcap, big, args.big)
-    results["project_big"] = run_parser("project", big, 0, args.repeat)
-    if "seconds" in results["project_big"]:
+    if not args.memory_only:
+        info = make_big(pcap, big, args.big)
+        results["project_big"] = run_parser("project", big, 0, args.repeat)
+    if "seconds" in results.get("project_big", {}):
         r = results["project_big"]
         r["file_bytes"] = big.stat().st_size
         r.update(info)
@@ -425,7 +429,7 @@ def main(argv=None) -> int:
         if args.pcap is None:
             pcap.unlink(missing_ok=True)
 
-    base = results["project"].get("cpu_rate_pps")
+    base = results.get("project", {}).get("cpu_rate_pps")
     print(f"capture: {pcap} ({total} TCP packets, {pcap_bytes} bytes)"
           f"{'; made with ' + made['tool'] + ' over 127.0.0.1' if made else ''}")
     if made and total is not None and total < args.packets:
