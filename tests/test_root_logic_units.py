@@ -225,8 +225,12 @@ class _NoGuard:
 
 
 @pytest.fixture
-def fake(monkeypatch):
+def fake(monkeypatch, tmp_path):
     sysm = FakeSystem()
+    # clean() asks whether a fabric holds the run lock by taking it for an instant: not
+    # the machine's, which a root run starting at that instant would find held
+    from incastlab import lock
+    monkeypatch.setattr(clean, "RunLock", lambda: lock.RunLock(tmp_path / "free.lock"))
     monkeypatch.setattr(clean, "_run", sysm.run)
     monkeypatch.setattr(clean, "interface_exists", lambda n: n in sysm.ifaces)
     monkeypatch.setattr(clean, "orphan_probe_namespaces", lambda: [])
