@@ -8,8 +8,6 @@ round timed out here, and with a 20-packet queue only 4-7 of 20: Linux's tail-lo
 and RACK recovered most tails.)"""
 from __future__ import annotations
 
-import statistics
-
 import pytest
 
 from incastlab.analysis.report import analyse, build_report
@@ -38,7 +36,12 @@ def _run(tmp_path_factory, rto_ms):
            for t0, t1 in zip(rounds["t_start"].astype(float), rounds["t_end"].astype(float),
                              strict=True)]
     goodputs = rounds["goodput_mbps"].astype(float).tolist()
+    # the run's goodput: its rounds' bits over their time (a mean of the rounds' rates
+    # would weigh a 40 ms round as much as a 240 ms one)
+    secs = (rounds["t_end"].astype(float) - rounds["t_start"].astype(float)).sum()
+    run_mbps = float(rounds["bytes"].astype(float).sum()) * 8 / 1e6 / secs
     return {"dir": run_dir, "manifest": manifest, "goodputs": goodputs, "rto_round": hit,
+            "run_mbps": run_mbps,
             "silences": fired["gap_s"].astype(float).tolist() if len(fired) else [],
             "summary": (run_dir / "summary.md").read_text()}
 
@@ -52,9 +55,9 @@ def test_collapse_with_200ms_and_recovery_with_1ms(runs):
     slow, fast = runs[200], runs[1]
     for r in (slow, fast):
         assert len(r["goodputs"]) == ROUNDS, r["goodputs"]
-    g_slow, g_fast = statistics.mean(slow["goodputs"]), statistics.mean(fast["goodputs"])
+    g_slow, g_fast = slow["run_mbps"], fast["run_mbps"]
     timed_out = [g for g, hit in zip(slow["goodputs"], slow["rto_round"], strict=True) if hit]
-    print(f"incast goodput over {ROUNDS} rounds, {SENDERS} senders: RTO_min 200 ms mean "
+    print(f"incast goodput over {ROUNDS} rounds, {SENDERS} senders: RTO_min 200 ms "
           f"{g_slow:.1f} Mbit/s ({len(timed_out)} rounds with an RTO: {timed_out}), 1 ms "
           f"{g_fast:.1f} Mbit/s ({sum(fast['rto_round'])} rounds with an RTO)")
     # The mechanism, round by round. A retransmission timeout fires no earlier than
@@ -72,10 +75,18 @@ def test_collapse_with_200ms_and_recovery_with_1ms(runs):
     assert sum(fast["rto_round"]) > 0, "RTO_min 1 ms: timeouts still fire, shortly"
     assert max(fast["silences"]) < RTO_FLOOR_S, sorted(fast["silences"])[-3:]
     assert min(fast["goodputs"]) > ROUND_MBIT / RTO_FLOOR_S, fast["goodputs"]
-    # so the run's goodput collapses with 200 ms and recovers with 1 ms (seen: 38.6 against
-    # 165.7 Mbit/s quiet, 34.4 against 151.9 with one core held half busy)
-    assert g_slow < 0.5 * g_fast and g_fast > 0.6 * RATE_MBPS, (slow["goodputs"],
-                                                                 fast["goodputs"])
+    # So the run's goodput collapses with 200 ms and recovers with 1 ms: most rounds of the
+    # first wait out a 200 ms timeout, none of the second does. (Seen: 34.6 against
+    # 164.7 Mbit/s quiet; 34.4 against 145.2 with one core held half busy; 39.7 against
+    # 111.0, 16 rounds of 20 timed out, with it 70 % busy.)
+    assert g_slow < 0.5 * g_fast, (slow["goodputs"], fast["goodputs"])
+    # Near line rate with 1 ms needs a machine whose datapath keeps up with 200 Mbit/s:
+    # the userspace datapath forwards on the CPU. With both cores busy (manifest
+    # cpu.saturated) the same rounds ran at 86-139 Mbit/s, every one still beating any
+    # 200 ms round. A run shorter than the CPU monitor's 1 s period has no sample (not
+    # saturated) and then moved its 168 Mbit in under a second anyway.
+    if not fast["manifest"]["cpu"]["saturated"]:
+        assert g_fast > 0.6 * RATE_MBPS, (fast["goodputs"], fast["manifest"]["cpu"])
 
 
 def test_the_report_states_the_condition_with_the_runs_numbers(runs):
