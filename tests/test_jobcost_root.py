@@ -138,7 +138,13 @@ def test_ring_runs_at_its_bound_apart_from_fast_recoveries(ring_run):
     rtt_max_s = max(g["max_ms"] for g in json.loads((ring_run / "metrics.json").read_text())
                     ["latency"]["groups"] if g["measure"] == "RTT") / 1e3
     fast = episodes[episodes["kind"] == "fast"]
-    assert (fast["duration_s"].dropna() <= 2 * rtt_max_s + 0.005).all(), (rtt_max_s, fast)
+    # A saturated machine's datapath discards whole batches of packets (up to 32, counted
+    # nowhere), so one episode may hold tens of holes (49 seen), and PRR resends them at
+    # about half the ACK clock: over up to two round trips, the last one's ACK a third
+    # (seen with both cores busy: 0.163 s at an RTT of at most 0.083 s; quiet: 0.028 s at
+    # 0.046 s). An RTO's silence is an episode of its own kind, not one of these.
+    trips = 3 if cpu["saturated"] else 2
+    assert (fast["duration_s"].dropna() <= trips * rtt_max_s + 0.005).all(), (rtt_max_s, fast)
     # an episode the capture never saw end runs to its last retransmission (as charged)
     tables = analyse(ring_run).tables
     spans = recovery_intervals(tables["recovery_episodes"], tables["retrans"])
