@@ -28,9 +28,13 @@ from incastlab.apps.pipeline import schedule
 from tests.rootnet import ovs_bridges, run_complete
 
 pytestmark = pytest.mark.root
+# Timeouts for a failure to end in minutes, with room for a slow machine: with one core
+# held half busy the fabric, the processes and torch took 10.7-13.5 s to the first
+# worker's log line and a run 13-18 s (a message's wait, timeout_s, is a few ms once
+# running, longest for the first ranks' rendezvous with the last one started).
 FABRIC = ["topology.spines=2", "topology.leaves=4", "topology.hosts_per_leaf=1",
-          "topology.host_bw_mbps=20", "routing.policy=ecmp", "workload.timeout_s=30",
-          "run.phase_timeout_s=40", "run.duration_limit_s=120"]
+          "topology.host_bw_mbps=20", "routing.policy=ecmp", "workload.timeout_s=60",
+          "run.phase_timeout_s=60", "run.duration_limit_s=120"]
 
 
 def _processes_naming(text: str) -> list[int]:
