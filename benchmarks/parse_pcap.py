@@ -262,13 +262,17 @@ ALL_IN_MEMORY = """
     fsum = tcp.flow_summary(d, flows, retrans)
     tput = tcp.throughput_series(d, flows)
     print(json.dumps({"packets": len(d), "seconds": time.perf_counter() - t,
-                      "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+                      "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                      "hwm_kb": int(next(x.split()[1] for x in open("/proc/self/status")
+                                         if x.startswith("VmHWM")))}))
 """
 # the same imports and nothing else: the interpreter's own share of a peak RSS
 IMPORTS_ONLY = """
     import json, resource
     from incastlab.analysis import report, tcp
-    print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+    print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                      "hwm_kb": int(next(x.split()[1] for x in open("/proc/self/status")
+                                         if x.startswith("VmHWM")))}))
 """
 
 
@@ -308,8 +312,27 @@ def make_run(src: Path, run_dir: Path, packets: int) -> dict:
             "bytes": sum(p.stat().st_size for p in (run_dir / "pcap").glob("*.pcap"))}
 
 
+# `incastlab ARGS` in-process, then its own peak RSS (VmHWM: this process image's
+# high-water mark) as the last line. ru_maxrss is not enough: Linux carries the parent's
+# high-water mark over exec (a child spawned by vfork reads the parent's mm), so a child
+# of this script, which held the source capture and its copies (~440 MB), could not
+# show less than that (the imports alone "took" 440 MB).
+CLI_PEAK = """
+    import atexit, json, sys
+    from incastlab.cli import main
+    def hwm():
+        with open("/proc/self/status") as f:
+            kb = next(int(x.split()[1]) for x in f if x.startswith("VmHWM"))
+        print(json.dumps({"hwm_kb": kb}), flush=True)
+    atexit.register(hwm)
+    sys.argv = ["incastlab", *sys.argv[1:]]
+    sys.exit(main())
+"""
+
+
 def _peak(cmd: list[str]) -> dict:
-    """Run `cmd`; its wall time and peak RSS (its own rusage, os.wait4)."""
+    """Run `cmd`; its wall time and peak RSS (its own rusage, os.wait4; `hwm_kb` too when
+    it prints its own VmHWM as its last line, the figure to use)."""
     t = time.perf_counter()
     with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
         p = subprocess.Popen(cmd, stdout=fo, stderr=fe)
@@ -331,14 +354,14 @@ def _peak(cmd: list[str]) -> dict:
 def memory_benchmark(src: Path, workdir: Path, packets: int, small: int, keep: bool) -> dict:
     """Peak RSS of `incastlab report` on a run of >= `packets` packets, and of the new
     and the former all-in-memory analysis on one of >= `small` packets (step 4)."""
-    cli = str(Path(sys.executable).with_name("incastlab"))
+    cli = [sys.executable, "-c", textwrap.dedent(CLI_PEAK)]
     out = {}
     for name, n in (("small", small), ("big", packets)):
         run_dir = workdir / f"memory-{name}"
         shutil.rmtree(run_dir, ignore_errors=True)
         try:
             out[name] = {"run": make_run(src, run_dir, n)}
-            out[name]["report"] = _peak([cli, "report", str(run_dir)])
+            out[name]["report"] = _peak([*cli, "report", str(run_dir)])
             if name == "small":  # after the report: the captures' Parquet caches exist
                 code = textwrap.dedent(ALL_IN_MEMORY)
                 out[name]["all_in_memory_tcp"] = _peak([sys.executable, "-c", code,
@@ -348,14 +371,19 @@ def memory_benchmark(src: Path, workdir: Path, packets: int, small: int, keep: b
                 shutil.rmtree(run_dir, ignore_errors=True)
     old = out["small"].get("all_in_memory_tcp", {})
     base = _peak([sys.executable, "-c", textwrap.dedent(IMPORTS_ONLY)])
-    out["imports_only_maxrss_kb"] = base["maxrss_kb"]
+    out["imports_only_maxrss_kb"] = _kb(base)
     if "maxrss_kb" in old:
-        per_packet = (old["maxrss_kb"] - base["maxrss_kb"]) * 1024 / out["small"]["run"][
+        per_packet = (_kb(old) - _kb(base)) * 1024 / out["small"]["run"][
             "packets"]
         out["all_in_memory_bytes_per_packet"] = per_packet
         out["all_in_memory_big_extrapolated_gb"] = (
-            per_packet * out["big"]["run"]["packets"] + base["maxrss_kb"] * 1024) / 1e9
+            per_packet * out["big"]["run"]["packets"] + _kb(base) * 1024) / 1e9
     return out
+
+
+def _kb(r: dict) -> int:
+    """A child's own peak RSS (kB): its VmHWM when it said it, else ru_maxrss."""
+    return r.get("hwm_kb", r["maxrss_kb"])
 
 
 def run_parser(name: str, pcap: Path, limit: int, repeat: int = 1) -> dict:
@@ -463,7 +491,7 @@ def main(argv=None) -> int:
                     continue
                 label = ("incastlab report" if what == "report" else "all-in-memory TCP")
                 print(f"{label + ' (' + name + ')':<28}{run['packets']:>12}{run['captures']:>10}"
-                      f"{r['seconds']:>9.1f}{r['maxrss_kb'] / 1024:>13.0f}"
+                      f"{r['seconds']:>9.1f}{_kb(r) / 1024:>13.0f}"
                       + (f"  error: {r['error']}" if "error" in r else ""))
         if "all_in_memory_big_extrapolated_gb" in mem:
             print(f"all-in-memory: {mem['all_in_memory_bytes_per_packet']:.0f} bytes/packet "
