@@ -13,8 +13,10 @@ functions on it, and merges the parts in the order the all-in-memory analysis gi
 recovery episodes renumbered in flow order). tests/test_bounded_memory.py checks that
 the tables are equal to those of tcp.combine() + tcp.py on the whole run.
 
-Peak memory is then the larger of one parsed capture and one chunk; it no longer grows
-with the number of captures or the run's length (benchmarks/parse_pcap.py measures it).
+Peak memory is then the larger of one parsed capture and one chunk, plus what the
+merged tables and the latency samples (~12 bytes a sample, latency.Samples) hold; the
+heap is trimmed after each chunk (release_freed_memory), or what chunks free stays
+resident and the peak grows with the run (benchmarks/parse_pcap.py measures it).
 """
 from __future__ import annotations
 
