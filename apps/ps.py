@@ -232,8 +232,19 @@ class Server:
 
     def expect(self, w: int) -> None:
         buf = torch.empty(self.n + PUSH_TRAILER)
-        work = dist.irecv(buf, src=w)
+        try:
+            work = dist.irecv(buf, src=w)
+        except RuntimeError as exc:  # its connection already closed: gloo refuses the post
+            self._post_failed(w, f"receive gradient from rank {w}", exc)
+            return
         threading.Thread(target=self._wait_recv, args=(w, work, buf), daemon=True).start()
+
+    def _post_failed(self, w: int, what: str, exc: RuntimeError) -> None:
+        """A post to worker ``w`` that gloo refused (a peer whose connection closed before
+        it, e.g. killed): the same lost worker as a wait that failed, so the mode decides
+        (a raw RuntimeError here ended even backup and lost sync's reason)."""
+        self.events.put((w, None, time.time(), common.PeerError(
+            f"{what}: peer lost (dead or unreachable): {common._first_line(exc)}")))
 
     def _wait_recv(self, w: int, work: Any, buf: torch.Tensor) -> None:
         try:
@@ -250,7 +261,11 @@ class Server:
         hold = 0.0 if t_arrival is None else time.time() - t_arrival
         trailer = torch.tensor([self.version, staleness, hold, float(stop), float(accepted)])
         msg = torch.cat([self.params, trailer])
-        work = dist.isend(msg, dst=w)
+        try:
+            work = dist.isend(msg, dst=w)
+        except RuntimeError as exc:
+            self._post_failed(w, f"send parameters to rank {w}", exc)
+            return
         self.bytes_sent += msg.numel() * BYTES_PER_PARAM
         t = threading.Thread(target=self._wait_send, args=(w, work, msg), daemon=True)
         t.start()
