@@ -127,6 +127,10 @@ def test_ring_runs_at_its_bound_apart_from_fast_recoveries(ring_run):
         assert any(p.startswith("The CPU was saturated") for p in problems), (cpu, problems)
     else:
         assert cost["ratio"] - events <= 1.11, (cost, cpu)
+        # "Almost no loss-recovery time" (issue 10): recovery alone never takes the ring
+        # past its target's slack. Seen: 3.0-4.3 % of the bound on a quiet machine, 5.5 %
+        # on a CI machine; 8 % only with the CPU saturated (the branch above).
+        assert cost["loss_recovery_s"] <= 0.11 * cost["bound_s"], (cost, cpu)
     # Loss recovery. This emulator loses a few packets where no queue counts them (OVS's
     # userspace datapath under CPU load: 20-30 recoveries per 5 iterations on a quiet
     # machine, more on a busy one), so how many recoveries a run has is the machine's. What
