@@ -65,7 +65,8 @@ a dead or hung peer makes this process exit 1 with one line on stderr and an `er
 event; SIGTERM exits 143 the same way. All ranks end with a barrier. Log:
 DIR/<rank>.jsonl, see docs/run-directory.md.
 
-A lost worker (its connection failed: killed, or silent past --timeout) ends a sync
+A lost worker (its connection failed: killed, or silent past --timeout, which the
+server applies itself, since a gloo wait that times out closes every connection) ends a sync
 server with that reason: every step needs every worker. The other modes go on without
 it, as they would in a real cluster: async and SSP (the slowest clock is then taken
 over the workers left), and backup while at least N-B workers are left (a step's
@@ -95,6 +96,7 @@ PUSH_TRAILER = 2  # version, iteration
 PULL_TRAILER = 5  # version, staleness, hold_s, stop, accepted
 LR_RULES = ("mean", "per_worker", "staleness")
 TOLERATES_LOST = ("async", "ssp", "backup")  # modes that can go on without a worker
+GLOO_WAIT_S = 7 * 24 * 3600.0  # a gloo wait the server's own deadline always beats
 FINISH_TAG = 7  # tag of the end barrier's tokens (every other message uses tag 0)
 # Defaults that make the modes comparable: N gradients move the model as far in every mode
 # (sync averages N gradients with lr; async/SSP apply each of the N with lr / N).
@@ -222,6 +224,9 @@ class Server:
         self.discarded_by_rank = {w: 0 for w in self.workers}
         self.bytes_sent = self.bytes_recv = 0
         self.events: queue.Queue = queue.Queue()
+        # worker rank -> when its pending gradient receive was posted (monotonic s): the
+        # server's own --timeout deadline (see _overdue)
+        self.expecting: dict[int, float] = {}
         self.senders: list[threading.Thread] = []
         # held-out evaluation needs the whole model: only a single PS has it
         self.evaluates = args.shards == 1
@@ -237,6 +242,7 @@ class Server:
         except RuntimeError as exc:  # its connection already closed: gloo refuses the post
             self._post_failed(w, f"receive gradient from rank {w}", exc)
             return
+        self.expecting[w] = time.monotonic()
         threading.Thread(target=self._wait_recv, args=(w, work, buf), daemon=True).start()
 
     def _post_failed(self, w: int, what: str, exc: RuntimeError) -> None:
@@ -247,8 +253,13 @@ class Server:
             f"{what}: peer lost (dead or unreachable): {common._first_line(exc)}")))
 
     def _wait_recv(self, w: int, work: Any, buf: torch.Tensor) -> None:
+        # gloo's own deadline is kept out of the way (GLOO_WAIT_S): a gloo wait that times
+        # out closes every connection of the process ("Application timeout caused pair
+        # closure"), which would end the modes that go on without a silent worker. The
+        # server's --timeout is applied by the loop instead (_overdue); a closed connection
+        # still fails this wait at once.
         try:
-            common.wait(work, self.args.timeout, f"receive gradient from rank {w}")
+            common.wait(work, GLOO_WAIT_S, f"receive gradient from rank {w}")
             self.events.put((w, buf, time.time(), None))
         except common.PeerError as exc:
             self.events.put((w, None, time.time(), exc))
@@ -329,10 +340,16 @@ class Server:
             self.reply(w, None, 0, True)
         while any(w not in self.stopped for w in self.live()):
             try:
-                w, buf, t_arr, exc = self.events.get(timeout=self.args.timeout + 5)
+                w, buf, t_arr, exc = self.events.get(timeout=self._until_due())
             except queue.Empty:
-                raise common.PeerError(f"no gradient from any worker within "
-                                       f"{self.args.timeout:g} s") from None
+                for w in self._overdue():
+                    self.lose(w, common.PeerError(
+                        f"receive gradient from rank {w}: not completed within "
+                        f"{self.args.timeout:g} s or peer lost (dead, hung or unreachable): "
+                        f"silent past the deadline"))
+                continue
+            if buf is not None or exc is not None:
+                self.expecting.pop(w, None)
             if w in self.lost:
                 continue  # its other pending message failed too, or arrived too late
             if exc is not None:
@@ -361,6 +378,27 @@ class Server:
 
     def live(self) -> list[int]:
         return [w for w in self.workers if w not in self.lost]
+
+    def _until_due(self) -> float:
+        """Seconds until the next pending receive passes --timeout (at least a poll's
+        10 ms); --timeout + 5 when none is pending (then nothing can arrive: an error)."""
+        pending = [t for w, t in self.expecting.items() if w not in self.lost]
+        if not pending:
+            return self.args.timeout + 5
+        return max(min(pending) + self.args.timeout - time.monotonic(), 0.01)
+
+    def _overdue(self) -> list[int]:
+        """Workers whose pending gradient receive is past --timeout (given up here, not
+        by gloo); with nothing pending, no worker can send: the old error."""
+        now = time.monotonic()
+        pending = {w: t for w, t in self.expecting.items() if w not in self.lost}
+        if not pending:
+            raise common.PeerError(f"no gradient from any worker within "
+                                   f"{self.args.timeout:g} s")
+        late = [w for w, t in sorted(pending.items()) if now - t >= self.args.timeout]
+        for w in late:
+            self.expecting.pop(w, None)
+        return late
 
     def lose(self, w: int, exc: Exception) -> None:
         """Give up worker `w` whose message failed (`exc`): in a mode that tolerates it,

@@ -80,3 +80,39 @@ def test_backup_below_its_quorum_fails_with_the_reason(tmp_path):
     assert "worker rank 3 lost; 1 workers left, fewer than the 2 a backup step needs " \
            "(workers - backup workers)" in err[0] or \
            "worker rank 2 lost; 1 workers left" in err[0], err[0]
+
+
+def test_backup_gives_up_a_silent_worker_at_its_own_deadline(tmp_path):
+    # A worker that goes silent with its connections open (SIGSTOP here; on the fabric, a
+    # killed worker whose reset the network lost) is noticed only by the deadline. gloo's
+    # own timeout would close every connection of the server (ending backup too), so the
+    # server applies --timeout itself: the worker is lost once its receive is that old,
+    # and the others go on. The job outlasts the deadline (ITER x >= 20 ms >> HUNG_TIMEOUT)
+    # so that nobody else waits on the server meanwhile.
+    hung_timeout, iterations = 5.0, 400
+    argv = ps_argv(3, tmp_path, free_port(), 1,
+                   ["--model-size", "0.02", "--timeout", f"{hung_timeout:g}",
+                    "--compute-ms", "20", "--iterations", str(iterations),
+                    "--mode", "backup", "--backup-workers", "1"])
+    with LocalJob(tmp_path) as job:
+        for rank, a in enumerate(argv):
+            job.start(rank, a)
+        deadline = time.monotonic() + 60
+        log = tmp_path / "2.jsonl"
+        while not (log.exists() and len(events(read_jsonl(log), "iteration")) >= 3):
+            assert time.monotonic() < deadline, "rank 2 never iterated"
+            time.sleep(0.05)
+        os.killpg(job.procs[2].pid, signal.SIGSTOP)
+        t_stop = time.time()
+        codes = {r: job.procs[r].wait(TIMEOUT + 60) for r in (0, 1, 3)}
+        err = {r: job.stderr(r) for r in codes}
+        os.killpg(job.procs[2].pid, signal.SIGKILL)
+    assert codes == {0: 0, 1: 0, 3: 0}, err
+    log = server_log(tmp_path)
+    (lost,) = events(log, "lost")
+    assert lost["rank"] == 2 and "silent past the deadline" in lost["message"], lost
+    # given up no earlier than the deadline after its last receive was posted (before the
+    # stop) and not much later than the deadline after the stop (a 10 ms poll)
+    assert lost["t"] - t_stop <= hung_timeout + 2.0, (lost["t"] - t_stop)
+    (final,) = events(log, "final")
+    assert final["iterations"] == iterations and list(final["lost"]) == ["2"]
