@@ -25,6 +25,14 @@ COMMON = ["--model-size", "0.02", "--timeout", f"{TIMEOUT:g}", "--compute-ms", "
 ITERATIONS = 40
 
 
+def wait_for_iterations(out: Path, rank: int, n: int, deadline: float) -> None:
+    """Until `rank` logged `n` iterations (fails the test past `deadline`, monotonic)."""
+    log = out / f"{rank}.jsonl"
+    while not (log.exists() and len(events(read_jsonl(log), "iteration")) >= n):
+        assert time.monotonic() < deadline, f"rank {rank} never iterated"
+        time.sleep(0.05)
+
+
 def run_with_kills(out: Path, mode_args: list[str], victims: list[int],
                    iterations: int = ITERATIONS
                    ) -> tuple[dict, dict]:
@@ -37,10 +45,7 @@ def run_with_kills(out: Path, mode_args: list[str], victims: list[int],
             job.start(rank, a)
         deadline = time.monotonic() + 60
         for victim in victims:
-            log = out / f"{victim}.jsonl"
-            while not (log.exists() and len(events(read_jsonl(log), "iteration")) >= 3):
-                assert time.monotonic() < deadline, f"rank {victim} never iterated"
-                time.sleep(0.05)
+            wait_for_iterations(out, victim, 3, deadline)
             os.killpg(job.procs[victim].pid, signal.SIGKILL)
         codes = job.wait(TIMEOUT + 30)
         return codes, {r: job.stderr(r) for r in codes}
@@ -97,11 +102,7 @@ def test_backup_gives_up_a_silent_worker_at_its_own_deadline(tmp_path):
     with LocalJob(tmp_path) as job:
         for rank, a in enumerate(argv):
             job.start(rank, a)
-        deadline = time.monotonic() + 60
-        log = tmp_path / "2.jsonl"
-        while not (log.exists() and len(events(read_jsonl(log), "iteration")) >= 3):
-            assert time.monotonic() < deadline, "rank 2 never iterated"
-            time.sleep(0.05)
+        wait_for_iterations(tmp_path, 2, 3, time.monotonic() + 60)
         os.killpg(job.procs[2].pid, signal.SIGSTOP)
         t_stop = time.time()
         codes = {r: job.procs[r].wait(TIMEOUT + 60) for r in (0, 1, 3)}
