@@ -147,3 +147,19 @@ def test_event_rows_from_events_jsonl(tmp_path):
         columns=["t_seen", "state", "t_installed", "reaction_s"]))
     assert list(res["summary"]["event"]) == [0, 1]
     assert fo.read_event_rows(tmp_path / "nowhere") == []
+
+
+def test_the_summary_counts_only_the_flows_that_reached_a_new_path(tmp_path):
+    # two failures of the scenario, each taking one flow: A (on lf2-sp1) moves to sp2;
+    # B (on lf1-sp2) is never seen on another spine after it, so it did not move
+    rows = [{"kind": "apply", "index": 0, "action": "link_down", "t": T, "t_rel_s": 4.0,
+             "params": {"link": ["lf2", "sp1"]}, "ok": True, "result": {}},
+            {"kind": "apply", "index": 1, "action": "link_down", "t": T, "t_rel_s": 4.0,
+             "params": {"link": "lf1-eth4"}, "ok": True, "result": {}}]
+    (tmp_path / "events.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+    tcp_df, _old, _new = scenario()
+    res = fo.analyse_events(tmp_path, tcp_df, FAB, None, ctrl=pd.DataFrame(
+        columns=["t_seen", "state", "t_installed", "reaction_s"]))
+    summary = res["summary"].set_index("event")
+    assert (summary.loc[0, "flows_on_link"], summary.loc[0, "moved"]) == (1, 1)
+    assert (summary.loc[1, "flows_on_link"], summary.loc[1, "moved"]) == (1, 0)
