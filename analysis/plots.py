@@ -578,10 +578,30 @@ def sequence_plot(seq: dict, t0: float, path, title: str,
     return _save(fig, path)
 
 
+CDF_POINTS = 2000  # steps drawn per CDF: 1/2000 of the axis height, under a pixel
+
+
 def _cdf_line(ax, values, weights=None, **kw):
-    """A step CDF of `values` (ms), each counted `weights` times (None: once)."""
+    """A step CDF of `values` (ms), each counted `weights` times (None: once). Unweighted
+    and more than CDF_POINTS values: drawn through CDF_POINTS exact points of it (the
+    value of rank i has CDF (i + 1) / n; np.partition finds them without a sort), not one
+    step per value: a line of millions of steps cost ~100 bytes a sample in matplotlib
+    (+300 MB for a 6 M packet run's 2.9 M RTT samples and sojourns)."""
+    if weights is None:
+        v = np.asarray(values, dtype=float)
+        v = v[np.isfinite(v)]
+        n = len(v)
+        if not n:
+            return
+        if n <= CDF_POINTS:
+            x, y = np.sort(v), np.arange(1, n + 1) / n
+        else:
+            idx = np.unique(np.linspace(0, n - 1, CDF_POINTS).round().astype(np.int64))
+            x, y = np.partition(v, idx)[idx], (idx + 1) / n
+        ax.step(x, y, where="post", **kw)
+        return
     v = np.asarray(values, dtype=float)
-    w = np.ones(len(v)) if weights is None else np.asarray(weights, dtype=float)
+    w = np.asarray(weights, dtype=float)
     keep = np.isfinite(v) & (w > 0)
     v, w = v[keep], w[keep]
     if not len(v):

@@ -341,3 +341,29 @@ def test_sojourn_rows_do_not_depend_on_the_captures_row_order(tmp_path):
     assert soj.equals(soj.sort_values(latency.SOJOURN_ORDER, ignore_index=True))
     for order in (tcp_df.index[::-1], np.random.default_rng(3).permutation(tcp_df.index)):
         pd.testing.assert_frame_equal(latency.sojourns(tcp_df.loc[order]), soj)
+
+
+def test_the_cdf_is_drawn_through_exact_points_of_it():
+    # A CDF of n values drawn step by step costs matplotlib ~100 bytes a value; above
+    # CDF_POINTS values it is drawn through CDF_POINTS of its exact points instead: the
+    # value of rank i (sorted) at height (i + 1) / n, first and last included.
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from incastlab.analysis import plots
+    rng = np.random.default_rng(7)
+    fig, ax = plt.subplots()
+    small = rng.exponential(5.0, 300)
+    plots._cdf_line(ax, np.append(small, np.nan))
+    x, y = ax.lines[-1].get_xdata(), ax.lines[-1].get_ydata()
+    assert list(x) == sorted(small) and list(y) == list(np.arange(1, 301) / 300)
+    big = rng.exponential(5.0, 50_001)
+    plots._cdf_line(ax, big)
+    x, y = ax.lines[-1].get_xdata(), ax.lines[-1].get_ydata()
+    assert len(x) <= plots.CDF_POINTS
+    ranks = np.round(y * len(big)).astype(int) - 1
+    assert ranks[0] == 0 and ranks[-1] == len(big) - 1
+    assert np.array_equal(x, np.sort(big)[ranks])      # every drawn point is exact
+    assert np.diff(ranks).max() <= len(big) // (plots.CDF_POINTS - 1) + 1  # evenly spread
+    plt.close(fig)
