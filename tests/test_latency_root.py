@@ -120,7 +120,9 @@ def test_rtt_samples_are_wiresharks(ps_run):
         m = ours.assign(us=(ours["t_ack"] * 1e6).round().astype("int64")).merge(
             ws.assign(us=(ws["t_ack"] * 1e6).round().astype("int64"))[[*key, "ws_rtt"]],
             on=key, how="left")
-        both = m[m["ws_rtt"].notna()]
+        # one ACK can carry both: Wireshark times its cumulative part, a SACK-edge sample
+        # of ours another segment (seen once in CI: 11.3 vs 16.8 ms on one ACK)
+        both = m[m["ws_rtt"].notna() & ~m["sack"].astype(bool)]
         assert ((both["rtt_s"] - both["ws_rtt"]).abs() < CAPTURE_TICK_S).all(), host
         assert m.loc[m["ws_rtt"].isna(), "sack"].astype(bool).all(), host
         # not a vacuous comparison: most of Wireshark's values are matched (all but those
