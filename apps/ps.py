@@ -348,8 +348,7 @@ class Server:
                         f"{self.args.timeout:g} s or peer lost (dead, hung or unreachable): "
                         f"silent past the deadline"))
                 continue
-            if buf is not None or exc is not None:
-                self.expecting.pop(w, None)
+            self.expecting.pop(w, None)  # its receive ended (a gradient, or failed)
             if w in self.lost:
                 continue  # its other pending message failed too, or arrived too late
             if exc is not None:
