@@ -30,9 +30,9 @@ from incastlab.clean import clean, clean_state
 from incastlab.controller.registry import (DEFAULT_EXTERNAL, POLICIES, OptionError,
                                            parse_controller)
 from incastlab.lock import RunLock
-from incastlab.preflight import Capabilities, run_preflight
+from incastlab.preflight import Capabilities, PreflightError, run_preflight
 from incastlab.state import RunState
-from incastlab import subnet_guard
+from incastlab import ovs_buffer, subnet_guard
 from incastlab.topologies.fabricmap import FabricMap
 from incastlab.topologies.leafspine import fabric_map
 from incastlab.topologies.links import QueuedLink, QueuedOVSSwitch
@@ -115,11 +115,26 @@ class Fabric:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def _check_send_buffer(self) -> None:
+        """Userspace datapath: refuse, before touching anything, a fabric whose queues
+        Open vSwitch's send buffer cannot hold (they would drop packets tc never counts;
+        incastlab.ovs_buffer). The runner's spec validation says so first, by field."""
+        caps = self.capabilities
+        if caps is None or caps.ovs_send_buffer is None:
+            return
+        problem = ovs_buffer.shortfall(caps.ovs_send_buffer,
+                                       caps.ovs_send_buffer_source or "net.core.wmem_default",
+                                       ovs_buffer.topology_required_bytes(self.topo),
+                                       "This fabric's switch queues")
+        if problem:
+            raise PreflightError(problem)
+
     def start(self) -> None:
         if self.capabilities is None:
             self.capabilities = run_preflight(
                 controller_port=self.controller_port, need_netem=bool(self.topo.delay),
                 congestion_control=self.congestion_control, lock=self.lock)
+        self._check_send_buffer()
         self.lock.acquire(str(self.run_dir) if self.run_dir else None)
         # Holding the lock, any other recorded fabric belongs to a run that died without
         # tearing down (SIGKILL, power loss): remove its leftovers before they collide.

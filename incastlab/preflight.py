@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 
+from incastlab import ovs_buffer
 from incastlab.state import process_start_time
 
 REQUIRED_TOOLS = {
@@ -35,6 +36,10 @@ class Capabilities:
     congestion_controls: list[str]
     ovs_version: str
     notices: list[str]
+    # userspace datapath: bytes of ovs-vswitchd's packet send buffer, the limit of all
+    # switch queues together (incastlab.ovs_buffer), and where that figure came from
+    ovs_send_buffer: int | None = None
+    ovs_send_buffer_source: str | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -165,6 +170,8 @@ def run_preflight(controller_port: int | None = 6653, need_netem: bool = False,
     if problems:
         raise PreflightError("\n".join(problems))
     version = _quiet(["ovs-vsctl", "--version"]).stdout.splitlines()
+    buffer, source = ovs_buffer.send_buffer() if datapath == "user" else (None, None)
     return Capabilities(datapath=datapath, netem=netem, congestion_controls=ccs,
                         ovs_version=version[0].split()[-1] if version else "unknown",
-                        notices=notices)
+                        notices=notices, ovs_send_buffer=buffer,
+                        ovs_send_buffer_source=source)

@@ -23,6 +23,7 @@ from incastlab.capture.cpu import CpuMonitor
 from incastlab import events as run_events
 from incastlab import hostevents
 from incastlab import multijob
+from incastlab import ovs_buffer
 from incastlab.capture.pcap import start_captures
 from incastlab.controller.registry import POLICIES
 from incastlab.fabric import DEFAULT_CONTROLLER_PORT, Fabric, Terminated
@@ -134,6 +135,10 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
         manifest.update(datapath=fab.capabilities.datapath, netem=fab.capabilities.netem,
                         ovs=fab.capabilities.ovs_version, notices=fab.capabilities.notices,
                         congestion_control=spec.topology.congestion_control)
+        if fab.capabilities.datapath == "user":  # what bounded all switch queues together
+            have, source = ovs_buffer.send_buffer()
+            manifest.update(ovs_send_buffer={"bytes": have, "source": source,
+                                             "needed": ovs_buffer.topology_required_bytes(topo)})
         progress.phase(f"fabric ready: {len(fab.net.switches)} switches, "
                        f"{len(fab.net.hosts)} hosts, policy {spec.routing.policy}")
         if spec.workload.rto_min_ms is not None:

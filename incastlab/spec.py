@@ -685,6 +685,23 @@ def _label_value(v) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", text)
 
 
+def _send_buffer_problems(p: Spec, caps: dict[str, Any]) -> list[str]:
+    """The userspace datapath's queues must fit Open vSwitch's send buffer
+    (incastlab.ovs_buffer); a topology that does not build is reported elsewhere."""
+    from incastlab import ovs_buffer
+    try:
+        need = ovs_buffer.topology_required_bytes(p.make_topology())
+    except SpecError:
+        return []
+    t = p.topology
+    limit = (f"topology.queue_bytes = {t.queue_bytes!r}" if t.queue_bytes is not None
+             else f"topology.queue_packets = {t.queue_packets!r}")
+    problem = ovs_buffer.shortfall(caps["ovs_send_buffer"], caps.get("ovs_send_buffer_source")
+                                   or "net.core.wmem_default", need,
+                                   f"{limit}: this fabric's switch queues")
+    return [problem] if problem else []
+
+
 def _point_problems(p: Spec, caps: dict[str, Any], bad: set[str]) -> list[str]:
     """Problems that involve more than one field, for one single-valued spec."""
     t, r, w = p.topology, p.routing, p.workload
@@ -713,6 +730,9 @@ def _point_problems(p: Spec, caps: dict[str, Any], bad: set[str]) -> list[str]:
     if t.delay and ok("topology.delay") and caps.get("netem") is False:
         errors.append(f"topology.delay: {t.delay!r} needs netem (sch_netem), which this "
                       "kernel does not have; leave topology.delay out here")
+    if caps.get("ovs_send_buffer") is not None and ok(
+            "topology.queue_packets", "topology.queue_bytes", "topology.mtu"):
+        errors += _send_buffer_problems(p, caps)
     if r.policy in POLICIES and ok("routing.poll_interval_s"):
         low, high = controller_registry.POLICIES[r.policy].poll_range
         if not low <= r.poll_interval_s <= high:

@@ -28,6 +28,21 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# Open vSwitch's userspace datapath sends the packets of every switch port through one
+# packet socket, whose send buffer (net.core.wmem_default when ovs-vswitchd opens it)
+# bounds the packets queued at all switch queues together; the kernel's default, 208 KiB,
+# holds about 92 full-size frames, and a send past it is dropped where tc does not count
+# (incastlab/ovs_buffer.py). Set it before Open vSwitch starts, and at every boot.
+SEND_BUFFER=67108864  # incastlab.ovs_buffer.INSTALL_BYTES
+printf '%s\n' "# incastlab: Open vSwitch's packet send buffer (scripts/install.sh)" \
+  "net.core.wmem_default = $SEND_BUFFER" > /etc/sysctl.d/60-incastlab.conf
+sysctl -q -w net.core.wmem_default="$SEND_BUFFER"
+
+ovs_send_buffer() {  # bytes of ovs-vswitchd's unbound packet socket; empty before it exists
+  ss -0 -m -p -n 2>/dev/null | grep 'ovs-vswitchd' | grep -E ':\*[[:space:]]+\*' \
+    | grep -o "tb[0-9]*" | head -n 1 | tr -d tb || true
+}
+
 # Open vSwitch: systemd where it runs, ovs-ctl where there is no init system.
 if ! ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
   echo "==> starting Open vSwitch"
@@ -39,6 +54,21 @@ if ! ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
   fi
 fi
 ovs-vsctl --timeout=5 show >/dev/null
+have=$(ovs_send_buffer)
+if [ -n "$have" ] && [ "$have" -lt "$SEND_BUFFER" ]; then
+  if [ -z "$(ovs-vsctl --timeout=5 list-br)" ]; then
+    echo "==> restarting Open vSwitch (its packet send buffer is $have bytes)"
+    if [ -d /run/systemd/system ]; then
+      systemctl restart openvswitch-switch
+    else
+      /usr/share/openvswitch/scripts/ovs-ctl restart --system-id=random --no-monitor
+    fi
+    ovs-vsctl --timeout=5 show >/dev/null
+  else
+    echo "==> note: Open vSwitch's packet send buffer is $have bytes; restart Open vSwitch" \
+         "when its bridges are not in use (runs refuse queues it cannot hold)"
+  fi
+fi
 
 # The venv must come from the system Python that Debian's mininet package serves.
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import mininet.net' 2>/dev/null; then

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from incastlab import ovs_buffer
 from incastlab.lock import RunLock
 from incastlab.preflight import PreflightError, run_preflight
 
@@ -27,5 +28,10 @@ def run(args) -> int:
     print(f"netem: {'yes' if caps.netem else 'no (no emulated delay or loss)'}")
     print(f"TCP congestion controls: {', '.join(caps.congestion_controls)}")
     print(f"Open vSwitch: {caps.ovs_version}")
+    if caps.ovs_send_buffer is not None:  # the userspace datapath's bound on all queues
+        print(f"Open vSwitch send buffer: {caps.ovs_send_buffer:,} bytes "
+              f"({caps.ovs_send_buffer_source}; about "
+              f"{caps.ovs_send_buffer // ovs_buffer.packet_charge(1514):,} full-size frames "
+              "queued at all switch ports together)")
     print("preflight ok")
     return 0
