@@ -163,6 +163,15 @@ def gloo_allreduce(tensor: torch.Tensor, timeout: float) -> None:
 # (benchmarks/allreduce_efficiency.py, N = 8, M = 4 MiB, 50 Mbit/s) that tail measured
 # ~0.10 s with 32 slices and ~0.05 s with 64, of a 2.15 s bound.
 TREE_SLICES = 64
+# A parent posts its receive for a child's slice j + TREE_WINDOW only once slice j has
+# arrived from every child: gloo's send waits for its receiver's post, so this is a credit
+# window. With every receive posted at once, the child nearer the parent (the shorter
+# round trip) took most of the parent's shared link: on the fabric (N = 4, M = 4 MiB,
+# 50 Mbit/s) it ran ~35 of 50 Mbit/s against the other child's ~15, the root could only
+# broadcast what both had sent (at the slower's pace, its own uplink 30 of 50 Mbit/s
+# busy), and the broadcast's backlog ran on after the reduce: 1.15-1.21 x the bound. Four
+# slices (256 KiB) cover a child's share of the link over a loaded round trip (~30 ms).
+TREE_WINDOW = 4
 
 
 def _post(recvs: list, src: int, numel: int, dtype: torch.dtype, tag: int, what: str) -> None:
@@ -275,16 +284,17 @@ def tree_height(world: int) -> int:
 
 
 def tree_allreduce(tensor: torch.Tensor, rank: int, world: int, timeout: float,
-                   slices: int = TREE_SLICES) -> tuple[int, int]:
+                   slices: int = TREE_SLICES, window: int = TREE_WINDOW) -> tuple[int, int]:
     """Reduce up a binary tree to rank 0, then broadcast down it, pipelined in slices.
 
     The tree is a heap: rank r's parent is (r-1)//2, its children 2r+1 and 2r+2 (those
     < N), so any N works and its height is floor(log2 N). The gradient is cut into up to
     `slices` slices (`tree_slices`); a rank adds slice j of its children to its own (own
     + left + right) and sends it up as soon as both arrived; the root's slice j is then
-    final and goes down the tree. Every receive (children's slices, the parent's
-    broadcast) is posted at the start, into buffers of its own, so no send waits for
-    its receiver.
+    final and goes down the tree. The parent's broadcast is received into buffers posted
+    at the start; the children's slices within a window of `window` slices ahead of the
+    last one added (TREE_WINDOW: a credit, so that one child cannot take the parent's
+    link while the other falls behind).
 
     The two directions run independently, as NCCL's tree does: the calling thread
     reduces (waits for the children's slices, sends up), and on a non-root rank a second
@@ -308,10 +318,15 @@ def tree_allreduce(tensor: torch.Tensor, rank: int, world: int, timeout: float,
     parent = (rank - 1) // 2 if rank else None
     children = [c for c in (2 * rank + 1, 2 * rank + 2) if c < world]
     up: dict[int, list] = {c: [] for c in children}
-    for c in children:
-        for j, part in enumerate(parts):
-            _post(up[c], c, part.numel(), dtype, j,
-                  f"tree reduce slice {j + 1}/{per}: receive from rank {c}")
+
+    def post_up(j: int) -> None:  # the receive of slice j from every child
+        if j < per:
+            for c in children:
+                _post(up[c], c, parts[j].numel(), dtype, j,
+                      f"tree reduce slice {j + 1}/{per}: receive from rank {c}")
+
+    for j in range(min(window, per)):
+        post_up(j)
     down: list = []
     if parent is not None:
         for j, part in enumerate(parts):
@@ -358,6 +373,8 @@ def tree_allreduce(tensor: torch.Tensor, rank: int, world: int, timeout: float,
                 common.wait(work, timeout, what)
                 parts[j] += buf
                 counts["up_recv"] += buf.numel() * esize
+                up[c][j] = None  # its buffer is added in: free it
+            post_up(j + window)  # credit: every child may send one slice more
             if parent is None:  # the root: slice j is final
                 send_down(j)
             else:

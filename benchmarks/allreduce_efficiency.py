@@ -85,7 +85,9 @@ FRAMED_TARGET = 1.10  # every algorithm within 10 % of its framing-corrected bou
 MIN_IDLE_SHARE = 0.10
 OUR_ALGOS = ("halving-doubling", "tree", "hierarchical")  # besides the ring
 DEFAULT_ALGOS = ("ring", "gloo", "ps")
-ALGOS = DEFAULT_ALGOS + OUR_ALGOS + ("alltoall",)
+# the MoE pattern: gloo's all_to_all_single, and our pairwise exchange (apps/alltoall.py)
+ALLTOALLS = {"alltoall": "gloo", "alltoall-pairwise": "pairwise"}
+ALGOS = DEFAULT_ALGOS + OUR_ALGOS + tuple(ALLTOALLS)
 PER_LEAF = 3  # hosts per leaf of the fabric (and of the loopback's pretend leaves)
 
 
@@ -98,6 +100,7 @@ def child_main(argv: list[str]) -> int:
     import torch.distributed as dist
 
     from incastlab.apps import common
+    from incastlab.apps.alltoall import alltoall
     from incastlab.apps.ring import allreduce, gloo_allreduce, leaf_list, ring_allreduce
 
     p = argparse.ArgumentParser(prog="allreduce_efficiency --child")
@@ -125,12 +128,13 @@ def child_main(argv: list[str]) -> int:
                 gloo_allreduce(data, timeout)
             elif args.child in OUR_ALGOS:
                 allreduce(args.child, data, rank, world, timeout, args.leaves)
-            elif args.child == "alltoall":  # MoE's pair: dispatch, then combine back
+            elif args.child in ALLTOALLS:  # MoE's pair: dispatch, then combine back
                 block = numel // world
                 x, y = data[:block * world], torch.empty(block * world)
+                splits = [block] * world
                 for what, (out, inp) in (("dispatch", (y, x)), ("combine", (x, y))):
-                    common.wait(dist.all_to_all_single(out, inp, async_op=True), timeout,
-                                f"{what} all-to-all")
+                    alltoall(ALLTOALLS[args.child], out, inp, splits, splits, rank, world,
+                             timeout, f"{what} all-to-all")
             elif rank == 0:  # PS server: receive all N gradients, then answer all N
                 bufs = [torch.empty(numel) for _ in range(1, world)]
                 works = [dist.irecv(b, src=w) for w, b in enumerate(bufs, start=1)]
@@ -277,7 +281,7 @@ def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path
                 results.append(Result("ps", n, m, push, n * m / rate, phase="push", cpu=cpu))
                 results.append(Result("ps", n, m, step, 2 * n * m / rate, phase="step",
                                       cpu=cpu))
-            elif algo == "alltoall":
+            elif algo in ALLTOALLS:
                 block = (m // 4 // n) * 4
                 mat = [[0 if i == j else block for j in range(n)] for i in range(n)]
                 bound = costmodel.alltoall_bound(mat, bandwidth_mbps, leaves=leaves[:n],
