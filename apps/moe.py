@@ -22,7 +22,9 @@ weights). Every step each rank routes its T tokens (D float32 values each) to ex
 - dispatch: first the counts (an all_to_all_single of E integers), then the tokens, an
   all_to_all_single with uneven input and output split sizes (gloo supports these in
   all_to_all_single; its list form all_to_all needs equal sizes, checked on torch
-  2.13), rows grouped by destination expert;
+  2.13), rows grouped by destination expert; or, with `--alltoall pairwise`, our
+  pairwise exchange (apps/alltoall.py: N-1 steps of send/recv, one flow per link each
+  way) with the same split sizes;
 - expert compute: each expert multiplies the rows it received by its weights;
 - combine: the outputs go back with the reverse split sizes; each rank checks every
   returned row against its own x @ W_e (the weights are seeded by expert, so any rank
@@ -48,6 +50,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from . import alltoall as exchange
 from . import common
 from . import moe_learned as learned
 
@@ -127,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--balance-coef", type=common.non_negative_float, default=0.1,
                    help="learned routing: weight of the load-balancing loss (default: 0.1; "
                         "Switch's 0.01 lets this task's router collapse onto one expert)")
+    p.add_argument("--alltoall", choices=exchange.ALGORITHMS, default="gloo",
+                   help="how the tokens' all-to-alls run: gloo = all_to_all_single (every "
+                        "flow at once); pairwise = N-1 steps, one flow per link each way "
+                        "(apps/alltoall.py) (default: gloo)")
     p.add_argument("--seed", type=int, default=0, help="routing and weights seed (default: 0)")
     return p
 
@@ -147,11 +154,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _a2a(out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int],
-         timeout: float, what: str) -> float:
+         timeout: float, what: str, algorithm: str = "gloo", rank: int = 0,
+         world: int = 1) -> float:
     t0 = time.time()
-    work = dist.all_to_all_single(out, inp, output_split_sizes=out_splits,
-                                  input_split_sizes=in_splits, async_op=True)
-    common.wait(work, timeout, what)
+    exchange.alltoall(algorithm, out, inp, out_splits, in_splits, rank, world, timeout, what)
     return time.time() - t0
 
 
@@ -164,6 +170,7 @@ def run(args: argparse.Namespace, log: common.JsonLog) -> None:
               **common.host_info(args.iface), tokens=args.tokens, hidden=d,
               token_bytes=d * BYTES_PER_VALUE, top_k=args.top_k, zipf_alpha=args.zipf_alpha,
               capacity_factor=args.capacity_factor, capacity=cap, routing=args.routing,
+              alltoall=args.alltoall,
               router_bytes=d * e_n * BYTES_PER_VALUE if trained else 0,
               options=common.options(args))
     t0 = time.time()
@@ -187,6 +194,7 @@ def run(args: argparse.Namespace, log: common.JsonLog) -> None:
         plan = dispatch_plan(choice, e_n, cap)
         send_counts = torch.tensor(plan["sent_counts"], dtype=torch.int64)
         recv_counts = torch.empty(e_n, dtype=torch.int64)
+        how = (args.alltoall, rank, e_n)  # the tokens' all-to-alls (the counts: gloo's)
         t_counts = _a2a(recv_counts, send_counts, [1] * e_n, [1] * e_n, args.timeout,
                         f"step {step}: count exchange")
         recv = recv_counts.tolist()
@@ -196,13 +204,13 @@ def run(args: argparse.Namespace, log: common.JsonLog) -> None:
         rows_out = [c * d for c in plan["sent_counts"]]
         rows_in = [c * d for c in recv]
         t_dispatch = _a2a(in_rows.view(-1), out_rows.contiguous().view(-1), rows_in, rows_out,
-                          args.timeout, f"step {step}: dispatch all-to-all")
+                          args.timeout, f"step {step}: dispatch all-to-all", *how)
         tc = time.time()
         y = in_rows @ mine
         compute_s = time.time() - tc
         back = torch.empty((len(order), d))
         t_combine = _a2a(back.view(-1), y.contiguous().view(-1), rows_out, rows_in,
-                         args.timeout, f"step {step}: combine all-to-all")
+                         args.timeout, f"step {step}: combine all-to-all", *how)
         losses = {}
         if trained:  # the gradient of this rank's loss by each returned row and the router
             rows = back.clone().requires_grad_()
@@ -217,10 +225,10 @@ def run(args: argparse.Namespace, log: common.JsonLog) -> None:
         # backward: output gradients to the experts, input gradients back (same sizes)
         g_in = torch.empty_like(in_rows)
         t_bwd1 = _a2a(g_in.view(-1), grad_rows.contiguous().view(-1), rows_in, rows_out,
-                      args.timeout, f"step {step}: backward dispatch all-to-all")
+                      args.timeout, f"step {step}: backward dispatch all-to-all", *how)
         g_back = torch.empty_like(back)
         t_bwd2 = _a2a(g_back.view(-1), (g_in @ mine.T).contiguous().view(-1), rows_out,
-                      rows_in, args.timeout, f"step {step}: backward combine all-to-all")
+                      rows_in, args.timeout, f"step {step}: backward combine all-to-all", *how)
         t_router = 0.0
         if trained:  # the loss is the mean over ranks: mean the router's gradients
             tr = time.time()

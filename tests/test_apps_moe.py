@@ -66,11 +66,14 @@ def test_bad_options_name_the_option(capsys):
     assert "--zipf-alpha" in capsys.readouterr().err
 
 
-def test_every_token_is_accounted_for_on_loopback(tmp_path: Path):
+@pytest.mark.parametrize("alltoall", ["gloo", "pairwise"])
+def test_every_token_is_accounted_for_on_loopback(tmp_path: Path, alltoall: str):
     world, tokens, k = 4, 300, 2
     logs = run_on_loopback(tmp_path, world, {"steps": 3, "tokens": tokens, "hidden": 32,
                                              "top_k": k, "zipf_alpha": 2.0,
-                                             "capacity_factor": 1.5})
+                                             "capacity_factor": 1.5, "alltoall": alltoall})
+    starts = [events(read_jsonl(tmp_path / f"{r}.jsonl"), "start")[0] for r in range(world)]
+    assert {s["alltoall"] for s in starts} == {alltoall}
     cap = capacity(tokens, world, k, 1.5)  # 225
     for step in range(3):
         rows = [log[step] for log in logs]

@@ -84,6 +84,19 @@ def test_learned_routing_reaches_the_app_and_a_bad_value_is_refused():
     assert "workload.routing: 'trained' is not one of zipf, learned" in info.value.errors
 
 
+def test_the_all_to_all_algorithm_reaches_the_app_and_a_bad_one_is_refused():
+    from incastlab.apps.alltoall import ALGORITHMS
+    spec = load_spec(None, BASE + ["workload.experts=3"])
+    assert spec.workload.alltoall == "gloo"  # the default: gloo's all_to_all_single
+    for algorithm in ALGORITHMS:
+        spec = load_spec(None, BASE + ["workload.experts=3", f"workload.alltoall={algorithm}"])
+        for launch in jobs.job_for("moe").launches(spec, IPS, "/tmp/w"):
+            assert moe_app.parse_args(launch.argv[3:]).alltoall == algorithm
+    with pytest.raises(SpecError) as info:
+        load_spec(None, BASE + ["workload.alltoall=ring"])
+    assert "workload.alltoall: 'ring' is not one of gloo, pairwise" in info.value.errors
+
+
 def test_the_section_reports_the_learned_routers_loss(tmp_path):
     hosts = ["h1", "h3"]
     logs = {}

@@ -40,6 +40,11 @@ class MoeFields:
                               "moe: zipf = synthetic popularity; learned = a router trained "
                               "with the experts on tokens from zipf_alpha-popular clusters "
                               "(apps/moe_learned.py)", sweep=True)
+    alltoall: str = spec_field("gloo", choice("gloo", "pairwise"),
+                               "moe: how the tokens' all-to-alls run: gloo = "
+                               "all_to_all_single, every flow at once; pairwise = N-1 steps "
+                               "of send/recv, one flow per link each way (apps/alltoall.py)",
+                               sweep=True)
     # learned routing's SGD rate (router and experts): the training jobs' declaration
     lr: float = copy.copy(TrainingFields.__dataclass_fields__["lr"])
     balance_coef: float = spec_field(0.1, num_check(0, 100),
@@ -71,7 +76,7 @@ class MoeJob(Job):
         options = {"steps": w.iterations, "tokens": w.tokens, "hidden": w.hidden,
                    "top_k": w.top_k, "zipf_alpha": f"{w.zipf_alpha:g}",
                    "capacity_factor": f"{w.capacity_factor:g}", "seed": spec.run.seed,
-                   "routing": w.routing, "lr": f"{w.lr:g}",
+                   "routing": w.routing, "alltoall": w.alltoall, "lr": f"{w.lr:g}",
                    "balance_coef": f"{w.balance_coef:g}",
                    "timeout": f"{w.timeout_s:g}"}
         argvs = APP_COMMANDS["moe"](endpoints(ips, hosts), out_dir, RENDEZVOUS_PORT, options)
