@@ -31,6 +31,21 @@ from collections.abc import Iterable
 # What scripts/install.sh sets net.core.wmem_default to (/etc/sysctl.d/60-incastlab.conf).
 INSTALL_BYTES = 64 * 1024 * 1024
 WMEM_DEFAULT = "/proc/sys/net/core/wmem_default"
+# ... and net.core.rmem_default, the buffer of each switch port's receive socket (opened
+# with the port, so a fabric gets the value current at its start). With the kernel's
+# 212,992 bytes a port held 12 jumbo frames while ovs-vswitchd caught up and lost the
+# rest there, uncounted by tc: specs/jumbo-ring.toml lost 431 packets with tc counting
+# 51 and the ports' receive sockets 800 drops (ss: skmem d); with 4 MiB, 288 lost, tc
+# counting 253, the sockets none (2026-12-02). A stalled datapath now delays packets
+# there instead of losing them where no counter looks; the run's CPU flag says when.
+INSTALL_RECEIVE_BYTES = 4 * 1024 * 1024
+RMEM_DEFAULT = "/proc/sys/net/core/rmem_default"
+
+
+def receive_buffer() -> int:
+    """The buffer (bytes) the switch ports' receive sockets get when a fabric starts."""
+    with open(RMEM_DEFAULT) as f:
+        return int(f.read().split()[0])
 
 # The kernel's accounting of one packet sent on an AF_PACKET socket (packet_snd, Linux
 # 6.x): the frame is copied into a linear buffer after LL_RESERVED_SPACE (16 bytes on a

@@ -138,7 +138,8 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
         if fab.capabilities.datapath == "user":  # what bounded all switch queues together
             have, source = ovs_buffer.send_buffer()
             manifest.update(ovs_send_buffer={"bytes": have, "source": source,
-                                             "needed": ovs_buffer.topology_required_bytes(topo)})
+                                             "needed": ovs_buffer.topology_required_bytes(topo)},
+                            ovs_receive_buffer=ovs_buffer.receive_buffer())
         progress.phase(f"fabric ready: {len(fab.net.switches)} switches, "
                        f"{len(fab.net.hosts)} hosts, policy {spec.routing.policy}")
         if spec.workload.rto_min_ms is not None:

@@ -33,10 +33,16 @@ fi
 # bounds the packets queued at all switch queues together; the kernel's default, 208 KiB,
 # holds about 92 full-size frames, and a send past it is dropped where tc does not count
 # (incastlab/ovs_buffer.py). Set it before Open vSwitch starts, and at every boot.
-SEND_BUFFER=67108864  # incastlab.ovs_buffer.INSTALL_BYTES
-printf '%s\n' "# incastlab: Open vSwitch's packet send buffer (scripts/install.sh)" \
-  "net.core.wmem_default = $SEND_BUFFER" > /etc/sysctl.d/60-incastlab.conf
+# Each switch port's receive socket (opened with every fabric) gets net.core.rmem_default:
+# 208 KiB held 12 jumbo frames, and while ovs-vswitchd caught up a port lost packets there,
+# uncounted by tc; 4 MiB holds ~1,800 standard or ~240 jumbo frames.
+SEND_BUFFER=67108864     # incastlab.ovs_buffer.INSTALL_BYTES
+RECEIVE_BUFFER=4194304   # incastlab.ovs_buffer.INSTALL_RECEIVE_BYTES
+printf '%s\n' "# incastlab: Open vSwitch's packet socket buffers (scripts/install.sh)" \
+  "net.core.wmem_default = $SEND_BUFFER" "net.core.rmem_default = $RECEIVE_BUFFER" \
+  > /etc/sysctl.d/60-incastlab.conf
 sysctl -q -w net.core.wmem_default="$SEND_BUFFER"
+sysctl -q -w net.core.rmem_default="$RECEIVE_BUFFER"
 
 ovs_send_buffer() {  # bytes of ovs-vswitchd's unbound packet socket; empty before it exists
   ss -0 -m -p -n 2>/dev/null | grep 'ovs-vswitchd' | grep -E ':\*[[:space:]]+\*' \
@@ -44,26 +50,25 @@ ovs_send_buffer() {  # bytes of ovs-vswitchd's unbound packet socket; empty befo
 }
 
 # Open vSwitch: systemd where it runs, ovs-ctl where there is no init system.
-if ! ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
-  echo "==> starting Open vSwitch"
+ovs_service() {  # start | restart
   if [ -d /run/systemd/system ]; then
-    systemctl start openvswitch-switch
+    systemctl "$1" openvswitch-switch
   else
     # (a "ulimit: error setting limit" warning here is harmless)
-    /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random --no-monitor
+    /usr/share/openvswitch/scripts/ovs-ctl "$1" --system-id=random --no-monitor
   fi
+  ovs-vsctl --timeout=5 show >/dev/null
+}
+if ! ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
+  echo "==> starting Open vSwitch"
+  ovs_service start
 fi
 ovs-vsctl --timeout=5 show >/dev/null
 have=$(ovs_send_buffer)
 if [ -n "$have" ] && [ "$have" -lt "$SEND_BUFFER" ]; then
   if [ -z "$(ovs-vsctl --timeout=5 list-br)" ]; then
     echo "==> restarting Open vSwitch (its packet send buffer is $have bytes)"
-    if [ -d /run/systemd/system ]; then
-      systemctl restart openvswitch-switch
-    else
-      /usr/share/openvswitch/scripts/ovs-ctl restart --system-id=random --no-monitor
-    fi
-    ovs-vsctl --timeout=5 show >/dev/null
+    ovs_service restart
   else
     echo "==> note: Open vSwitch's packet send buffer is $have bytes; restart Open vSwitch" \
          "when its bridges are not in use (runs refuse queues it cannot hold)"

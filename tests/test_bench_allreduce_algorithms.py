@@ -77,8 +77,11 @@ def test_verdicts_flag_cpu_bound_jobs() -> None:
            b.Result("ring", 4, 100, 2.40, 1.0, framed_bound_s=1.0, idle_share=0.02),
            b.Result("ring", 8, 100, 1.2, 1.0, framed_bound_s=1.0,
                     cpu={"datapath_saturated": True}),
+           b.Result("gloo", 8, 100, 1.1, 1.0, framed_bound_s=1.0,
+                    cpu={"datapath_saturated": True}),  # at the target: met, flagged
            b.Result("ps", 4, 100, 1.2, 1.0)]  # no framed bound: no verdict
     v = b.framed_verdicts(res)
     assert v == {"tree N=4": "met (1.050)", "tree N=8": "NOT met (1.500)",
                  "ring N=4": "NOT met (2.400; machine 2% idle)",
-                 "ring N=8": "CPU-bound (1.200)"}
+                 "ring N=8": "CPU-bound (1.200)",
+                 "gloo N=8": "met, datapath at its CPU ceiling (1.100)"}

@@ -124,3 +124,6 @@ def test_install_sets_the_buffer_this_module_names():
     (value,) = re.findall(r"^SEND_BUFFER=(\d+)", script, flags=re.M)
     assert int(value) == ovs_buffer.INSTALL_BYTES
     assert "net.core.wmem_default = $SEND_BUFFER" in script
+    (value,) = re.findall(r"^RECEIVE_BUFFER=(\d+)", script, flags=re.M)
+    assert int(value) == ovs_buffer.INSTALL_RECEIVE_BYTES
+    assert '"net.core.rmem_default = $RECEIVE_BUFFER"' in script

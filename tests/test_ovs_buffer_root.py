@@ -43,3 +43,5 @@ def test_a_deep_queue_fills_past_the_default_send_buffer(tmp_path):
     buffer = manifest["ovs_send_buffer"]  # and the run recorded what made that possible
     assert buffer["source"] == "ovs-vswitchd's packet socket", buffer
     assert buffer["bytes"] >= buffer["needed"] > 0, buffer
+    # the ports' receive sockets: the buffer scripts/install.sh sets
+    assert manifest["ovs_receive_buffer"] >= ovs_buffer.INSTALL_RECEIVE_BYTES
