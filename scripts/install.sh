@@ -38,6 +38,7 @@ fi
 # uncounted by tc; 4 MiB holds ~1,800 standard or ~240 jumbo frames.
 SEND_BUFFER=67108864     # incastlab.ovs_buffer.INSTALL_BYTES
 RECEIVE_BUFFER=4194304   # incastlab.ovs_buffer.INSTALL_RECEIVE_BYTES
+mkdir -p /etc/sysctl.d
 printf '%s\n' "# incastlab: Open vSwitch's packet socket buffers (scripts/install.sh)" \
   "net.core.wmem_default = $SEND_BUFFER" "net.core.rmem_default = $RECEIVE_BUFFER" \
   > /etc/sysctl.d/60-incastlab.conf
