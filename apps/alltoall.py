@@ -8,7 +8,8 @@
 - ``pairwise``: N-1 steps; in step i rank r sends its block for rank (r+i) mod N and
   receives rank (r-i) mod N's block for it (the receive posted first: gloo's send waits
   for its receiver's post). Every host link carries one flow each way per step, so no
-  flow shares a queue with another of the exchange; a step ends with its largest block.
+  host's port takes two flows of the exchange at once (the leaf–spine links may, as the
+  fabric's routing places them); a step ends with its largest block.
   This is the pairwise-exchange algorithm MPI libraries use for large messages.
 
 Both move the same bytes and give bit-identical results (each block is copied, never
@@ -46,11 +47,11 @@ def pairwise(out: torch.Tensor, inp: torch.Tensor, out_splits: Sequence[int],
 
     A rank starts step i+1 when both of its step-i transfers are done, and posts step
     i+1's receive only then: measured on the fabric (benchmarks/allreduce_efficiency.py,
-    N = 4, M = 4 MiB, 50 Mbit/s) this ran at 1.17-1.19 x the bound, against 1.28 with
+    N = 4, M = 4 MiB, 50 Mbit/s) this ran at 1.16-1.19 x the bound, against 1.28 with
     every receive posted at the start and 1.50 with the receives in a thread of their
     own. A send is done once the kernel has the block, so a rank freed that early starts
     its next block while the last is still on the wire, and its receiver takes two
-    flows at once: the sharing gloo's all_to_all_single has (1.52)."""
+    flows at once: the sharing gloo's all_to_all_single has (1.43-1.54)."""
     send_at, recv_at = _offsets(in_splits), _offsets(out_splits)
     out[recv_at[rank]:recv_at[rank + 1]].copy_(inp[send_at[rank]:send_at[rank + 1]])
     for step, (dst, src) in enumerate(pairwise_steps(rank, world), start=1):

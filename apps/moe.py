@@ -154,8 +154,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _a2a(out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int],
-         timeout: float, what: str, algorithm: str = "gloo", rank: int = 0,
-         world: int = 1) -> float:
+         timeout: float, what: str, algorithm: str, rank: int, world: int) -> float:
     t0 = time.time()
     exchange.alltoall(algorithm, out, inp, out_splits, in_splits, rank, world, timeout, what)
     return time.time() - t0
@@ -196,7 +195,7 @@ def run(args: argparse.Namespace, log: common.JsonLog) -> None:
         recv_counts = torch.empty(e_n, dtype=torch.int64)
         how = (args.alltoall, rank, e_n)  # the tokens' all-to-alls (the counts: gloo's)
         t_counts = _a2a(recv_counts, send_counts, [1] * e_n, [1] * e_n, args.timeout,
-                        f"step {step}: count exchange")
+                        f"step {step}: count exchange", "gloo", rank, e_n)
         recv = recv_counts.tolist()
         order = [t for e in range(e_n) for t in plan["sent"][e]]
         out_rows = x[order] if order else torch.empty((0, d))

@@ -169,8 +169,9 @@ TREE_SLICES = 64
 # round trip) took most of the parent's shared link: on the fabric (N = 4, M = 4 MiB,
 # 50 Mbit/s) it ran ~35 of 50 Mbit/s against the other child's ~15, the root could only
 # broadcast what both had sent (at the slower's pace, its own uplink 30 of 50 Mbit/s
-# busy), and the broadcast's backlog ran on after the reduce: 1.15-1.21 x the bound. Four
-# slices (256 KiB) cover a child's share of the link over a loaded round trip (~30 ms).
+# busy), and the broadcast's backlog ran on after the reduce: 1.14-1.21 x the bound;
+# with the window 1.076-1.110. Counted in slices: at M = 4 MiB (64 slices) four are
+# 256 KiB, a child's share of the link over a loaded round trip (~30 ms) and more.
 TREE_WINDOW = 4
 
 
@@ -310,6 +311,8 @@ def tree_allreduce(tensor: torch.Tensor, rank: int, world: int, timeout: float,
     Bytes: a rank with c children sends M up (not the root) and c x M down, and receives
     c x M from its children and M from its parent (not the root).
     """
+    if window < 1:  # no credit at all: no child could ever send
+        raise ValueError(f"tree window: {window} slices; at least 1")
     if world == 1:
         return 0, 0
     esize, dtype = tensor.element_size(), tensor.dtype

@@ -21,7 +21,9 @@ For a gradient of M bytes (default 4 MiB) and N ranks on links of B bit/s:
   fabric: 2 spines, uplinks at 3 x the host rate, so the host links bind);
 - `alltoall` (with `--algos all` or by name): the MoE pattern, a dispatch all-to-all
   (gloo's `all_to_all_single`, every rank sending M/N to every other) then the combine
-  back, against `analysis.costmodel.alltoall_bound` (each exchange at its busiest link).
+  back, against `analysis.costmodel.alltoall_bound` (each exchange at its busiest link);
+  `alltoall-pairwise` the same through our pairwise exchange (`apps/alltoall.py`: N-1
+  steps, one flow per host link each way), against the same bound.
 
 Every result also carries `framed_bound_s`, the framing-corrected bound
 (`analysis.costmodel`: 1514-byte frames per 1448 payload bytes, and the ACKs of the

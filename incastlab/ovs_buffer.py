@@ -29,6 +29,9 @@ import subprocess
 from collections.abc import Iterable
 
 # What scripts/install.sh sets net.core.wmem_default to (/etc/sysctl.d/60-incastlab.conf).
+# Both sysctls are machine-wide here (a new network namespace reads the same values): every
+# socket that takes the default (UDP, raw, unix; not TCP, which has tcp_wmem/tcp_rmem) may
+# buffer that much. A limit, not an allocation.
 INSTALL_BYTES = 64 * 1024 * 1024
 WMEM_DEFAULT = "/proc/sys/net/core/wmem_default"
 # ... and net.core.rmem_default, the buffer of each switch port's receive socket (opened
@@ -42,20 +45,23 @@ INSTALL_RECEIVE_BYTES = 4 * 1024 * 1024
 RMEM_DEFAULT = "/proc/sys/net/core/rmem_default"
 
 
-def receive_buffer() -> int:
-    """The buffer (bytes) the switch ports' receive sockets get when a fabric starts."""
-    with open(RMEM_DEFAULT) as f:
-        return int(f.read().split()[0])
+def receive_buffer() -> int | None:
+    """The buffer (bytes) the switch ports' receive sockets get when a fabric starts
+    (None where the sysctl cannot be read)."""
+    return _sysctl(RMEM_DEFAULT)
 
 # The kernel's accounting of one packet sent on an AF_PACKET socket (packet_snd, Linux
 # 6.x): the frame is copied into a linear buffer after LL_RESERVED_SPACE (16 bytes on a
 # veth), rounded up to a cache line, with skb_shared_info (320 bytes) behind it, in a
 # kmalloc size class (a power of two from 256 bytes; page-allocator orders beyond 8 KiB);
 # truesize adds struct sk_buff (256 bytes aligned). 2,304 bytes for a 1514-byte frame
-# (212,992 / 2,304 = 92 frames: the run above peaked at 89 in one queue), 768 for a
-# 66-byte ACK, 16,640 for a 9014-byte jumbo frame.
+# (212,992 / 2,304 = 92 frames; a 300-packet queue peaked at 93 with that buffer: the
+# root tier), 768 for a 66-byte ACK. A frame longer than a page the kernel puts in page
+# fragments instead (about 13 KiB for a 9014-byte jumbo frame): this linear charge,
+# 16,640 bytes there, is an upper bound for them, not measured.
 _RESERVE, _SHARED_INFO, _SKB = 16, 320, 256
 SMALLEST_FRAME = 66  # a pure TCP ACK with timestamps, the smallest frame our runs queue
+STANDARD_FRAME = 1514  # a full frame at MTU 1500, as captured
 
 
 def packet_charge(frame_bytes: int) -> int:
@@ -101,19 +107,31 @@ def parse_send_buffer(ss_output: str) -> int | None:
     return None
 
 
-def send_buffer() -> tuple[int, str]:
-    """(bytes, where from): ovs-vswitchd's send socket's buffer, or, before it has sent
-    its first packet (it opens the socket then), the default that socket will get."""
+def _sysctl(path: str) -> int | None:
     try:
-        out = subprocess.run(["ss", "-0", "-m", "-p", "-n"], capture_output=True, text=True,
-                             timeout=10, check=False).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        out = ""
-    found = parse_send_buffer(out)
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def send_buffer() -> tuple[int | None, str]:
+    """(bytes, where from): ovs-vswitchd's send socket's buffer, or, before it has sent
+    its first packet (it opens the socket then), the default that socket will get;
+    (None, why) when neither can be read (``ss`` missing or failing, no such sysctl)."""
+    try:
+        done = subprocess.run(["ss", "-0", "-m", "-p", "-n"], capture_output=True,
+                              text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"ss could not list packet sockets ({exc})"
+    if done.returncode != 0:
+        return None, f"ss could not list packet sockets (exit {done.returncode})"
+    found = parse_send_buffer(done.stdout)
     if found is not None:
         return found, "ovs-vswitchd's packet socket"
-    with open(WMEM_DEFAULT) as f:
-        return int(f.read().split()[0]), "net.core.wmem_default"
+    default = _sysctl(WMEM_DEFAULT)
+    return (default, "net.core.wmem_default") if default is not None \
+        else (None, f"{WMEM_DEFAULT} is not readable")
 
 
 def shortfall(have: int, source: str, need: int, what: str) -> str | None:
@@ -121,10 +139,10 @@ def shortfall(have: int, source: str, need: int, what: str) -> str | None:
     is large enough."""
     if have >= need:
         return None
-    frames = have // packet_charge(1514)
+    frames = have // packet_charge(STANDARD_FRAME)
+    fix = (f"Run scripts/install.sh (sets net.core.wmem_default to {INSTALL_BYTES:,} and "
+           "restarts Open vSwitch), or set" if need <= INSTALL_BYTES else "Set")
     return (f"{what} can hold {need:,} bytes of packets at once, but Open vSwitch's send "
             f"buffer ({source}) is {have:,} bytes (about {frames:,} full-size frames for "
             f"all switch queues together): a queue would drop packets that tc never "
-            f"counts. Run scripts/install.sh (sets net.core.wmem_default to "
-            f"{INSTALL_BYTES:,} and restarts Open vSwitch), or set net.core.wmem_default "
-            f">= {need:,} and restart Open vSwitch.")
+            f"counts. {fix} net.core.wmem_default >= {need:,} and restart Open vSwitch.")

@@ -171,12 +171,17 @@ def run_preflight(controller_port: int | None = 6653, need_netem: bool = False,
         raise PreflightError("\n".join(problems))
     version = _quiet(["ovs-vsctl", "--version"]).stdout.splitlines()
     buffer, source = ovs_buffer.send_buffer() if datapath == "user" else (None, None)
-    if datapath == "user" and ovs_buffer.receive_buffer() < ovs_buffer.INSTALL_RECEIVE_BYTES:
-        notices.append(f"net.core.rmem_default is {ovs_buffer.receive_buffer():,} bytes: while "
-                       "ovs-vswitchd catches up, a switch port's receive socket may drop "
-                       "packets no counter sees (scripts/install.sh sets "
+    if datapath == "user" and buffer is None:
+        notices.append(f"Open vSwitch's send buffer is unknown ({source}): switch queues "
+                       "may hold fewer packets than configured, dropping where tc does "
+                       "not count (see incastlab/ovs_buffer.py).")
+    receive = ovs_buffer.receive_buffer() if datapath == "user" else None
+    if receive is not None and receive < ovs_buffer.INSTALL_RECEIVE_BYTES:
+        notices.append(f"net.core.rmem_default is {receive:,} bytes: while ovs-vswitchd "
+                       "catches up, a switch port's receive socket may drop packets no "
+                       "counter sees (scripts/install.sh sets "
                        f"{ovs_buffer.INSTALL_RECEIVE_BYTES:,}).")
     return Capabilities(datapath=datapath, netem=netem, congestion_controls=ccs,
                         ovs_version=version[0].split()[-1] if version else "unknown",
                         notices=notices, ovs_send_buffer=buffer,
-                        ovs_send_buffer_source=source)
+                        ovs_send_buffer_source=source if buffer is not None else None)

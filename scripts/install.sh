@@ -67,7 +67,8 @@ fi
 ovs-vsctl --timeout=5 show >/dev/null
 have=$(ovs_send_buffer)
 if [ -n "$have" ] && [ "$have" -lt "$SEND_BUFFER" ]; then
-  if [ -z "$(ovs-vsctl --timeout=5 list-br)" ]; then
+  bridges=$(ovs-vsctl --timeout=5 list-br) || bridges="(unknown)"
+  if [ -z "$bridges" ]; then
     echo "==> restarting Open vSwitch (its packet send buffer is $have bytes)"
     ovs_service restart
   else

@@ -103,12 +103,53 @@ def test_the_fabric_refuses_before_it_takes_the_lock(monkeypatch):
                         ovs_send_buffer_source="net.core.wmem_default")
     fabric = Fabric(LeafSpineTopo(2, 2, 2), capabilities=caps)
     taken = []
-    monkeypatch.setattr(fabric.lock, "acquire", lambda *a: taken.append(a))
+
+    def acquire(*a):  # and stop there: a start that got this far must not build anything
+        taken.append(a)
+        raise RuntimeError("the lock was taken before the check")
+
+    monkeypatch.setattr(fabric.lock, "acquire", acquire)
     with pytest.raises(PreflightError, match="2,764,800 bytes of packets"):
         fabric.start()
     assert taken == [], "the lock (and with it the system) was touched before the check"
     caps.ovs_send_buffer = 2_764_800
     fabric._check_send_buffer()  # enough: no error
+
+
+def test_a_spec_whose_fabric_cannot_be_built_gets_its_own_errors_not_a_crash():
+    small = {"datapath": "user", "ovs_send_buffer": DEFAULT_WMEM}
+    cases = {"[topology]\nkind = 'bogus'\n": "topology.kind: 'bogus' is not one of",
+             "[topology]\nkind = 'star'\n[workload]\nkind = 'bogus'\n":
+                 "workload.kind: 'bogus' is not one of",
+             "[topology]\nkind = 'star'\n[workload]\nkind = 'incast'\nsenders = 'x'\n":
+                 "workload.senders: 'x' is not an integer"}
+    for text, start in cases.items():
+        with pytest.raises(SpecError) as err:
+            loads_spec(text, capabilities=small)
+        assert err.value.errors[0].startswith(start), err.value.errors
+
+
+def test_the_fix_named_is_one_that_suffices():
+    small = ovs_buffer.shortfall(DEFAULT_WMEM, "s", ovs_buffer.INSTALL_BYTES, "queues")
+    assert "Run scripts/install.sh" in small
+    huge = ovs_buffer.shortfall(DEFAULT_WMEM, "s", ovs_buffer.INSTALL_BYTES + 1, "queues")
+    assert "install.sh" not in huge and huge.endswith(
+        f"Set net.core.wmem_default >= {ovs_buffer.INSTALL_BYTES + 1:,} and restart Open "
+        "vSwitch.")
+
+
+def test_an_unreadable_socket_list_is_unknown_not_the_default(monkeypatch):
+    import subprocess
+
+    def failing(*a, **k):
+        return subprocess.CompletedProcess(a, 1, "", "ss: permission denied")
+
+    monkeypatch.setattr(ovs_buffer.subprocess, "run", failing)
+    have, why = ovs_buffer.send_buffer()
+    assert have is None and "exit 1" in why
+    monkeypatch.setattr(ovs_buffer.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, SS_OUTPUT, ""))
+    assert ovs_buffer.send_buffer() == (16_777_216, "ovs-vswitchd's packet socket")
 
 
 def test_every_shipped_spec_fits_the_buffer_install_sets():

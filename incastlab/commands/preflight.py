@@ -29,9 +29,9 @@ def run(args) -> int:
     print(f"TCP congestion controls: {', '.join(caps.congestion_controls)}")
     print(f"Open vSwitch: {caps.ovs_version}")
     if caps.ovs_send_buffer is not None:  # the userspace datapath's bound on all queues
+        frames = caps.ovs_send_buffer // ovs_buffer.packet_charge(ovs_buffer.STANDARD_FRAME)
         print(f"Open vSwitch send buffer: {caps.ovs_send_buffer:,} bytes "
-              f"({caps.ovs_send_buffer_source}; about "
-              f"{caps.ovs_send_buffer // ovs_buffer.packet_charge(1514):,} full-size frames "
+              f"({caps.ovs_send_buffer_source}; about {frames:,} full-size frames "
               "queued at all switch ports together)")
     print("preflight ok")
     return 0
