@@ -49,6 +49,9 @@ def _ack_turnaround(tcp, me: int, peer: int) -> np.ndarray:
     """Seconds from each full data segment ``peer`` sent to ``me`` arriving at ``me``'s
     interface to the first pure ACK leaving it that covers the segment."""
     data_in = tcp[(tcp.src == peer) & (tcp.dst == me) & (tcp.payload_len > 1000)]
+    # a segment's first arrival only: a second copy (a retransmission of what had arrived)
+    # may find the ACK that covers it already sent (a CI run: -25 ms), no turnaround at all
+    data_in = data_in.drop_duplicates(["sport", "dport", "seq"], keep="first")
     acks = tcp[(tcp.src == me) & (tcp.payload_len == 0) & ((tcp["flags"] & 0x17) == 0x10)]
     out = []
     for (sport, dport), flow in data_in.groupby(["sport", "dport"]):

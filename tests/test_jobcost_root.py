@@ -128,11 +128,24 @@ def test_ring_runs_at_its_bound_apart_from_fast_recoveries(ring_run):
     # which the product's saturation rule (>= 95 %) does not flag: a CI run at 0.876 busy
     # measured 1.64 with 140 losses and 0.54 s a step unexplained. The target is then the
     # machine's, not the ring's: the report must say so where its rule flags it.
-    headroom = not cpu["saturated"] and cpu["mean_busy"] <= 0.85
+    # The datapath's own signal, beside the CPU samples: a ring's host downlink carries one
+    # flow at its sender's link rate, so its queue can fill only with a burst the datapath
+    # held back and then forwarded at once, i.e. after ovs-vswitchd fell behind by the
+    # queue's drain time (100 packets: 24 ms at 50 Mbit/s). Since the switch ports' socket
+    # buffers hold such bursts (incastlab/ovs_buffer.py) the overflow is counted there: a
+    # CI run 0.847 busy, not flagged, had 110 drops at three host downlinks and measured
+    # 1.39 (1.23 after twice its recovery).
+    ports = pd.read_csv(ring_run / "tables" / "reconciliation_ports.csv")
+    downlink_drops = ports.loc[ports["kind"] == "host-downlink", "tc_drops"].sum()
+    metrics = json.loads((ring_run / "metrics.json").read_text())
+    headroom = not cpu["saturated"] and cpu["mean_busy"] <= 0.85 and downlink_drops == 0
     if not headroom:
-        problems = json.loads((ring_run / "metrics.json").read_text())["problems"]
+        problems = metrics["problems"]
         assert not cpu["saturated"] or any(p.startswith("The CPU was saturated")
                                            for p in problems), (cpu, problems)
+        # what the datapath lost is charged to the network, not left unexplained
+        if metrics["reconciliation"]["capture_losses"]:
+            assert cost["loss_recovery_s"] + cost["rto_stall_s"] > 0, cost
     else:
         # A hole stalls its flow for the recovery episode, and the ring's pipeline behind
         # it as long again: every downstream rank waits for the held-up slices, which then
