@@ -23,11 +23,13 @@ bytes it sends are not observable here and are logged as null).
 from __future__ import annotations
 
 import argparse
+import os
 import queue
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -163,7 +165,7 @@ def gloo_allreduce(tensor: torch.Tensor, timeout: float) -> None:
 # (benchmarks/allreduce_efficiency.py, N = 8, M = 4 MiB, 50 Mbit/s) that tail measured
 # ~0.10 s with 32 slices and ~0.05 s with 64, of a 2.15 s bound.
 TREE_SLICES = 64
-# A parent posts its receive for a child's slice j + TREE_WINDOW only once slice j has
+# A parent posts its receive for a child's slice j + window only once slice j has
 # arrived from every child: gloo's send waits for its receiver's post, so this is a credit
 # window. With every receive posted at once, the child nearer the parent (the shorter
 # round trip) took most of the parent's shared link: on the fabric (N = 4, M = 4 MiB,
@@ -173,6 +175,39 @@ TREE_SLICES = 64
 # with the window 1.076-1.110. Counted in slices: at M = 4 MiB (64 slices) four are
 # 256 KiB, a child's share of the link over a loaded round trip (~30 ms) and more.
 TREE_WINDOW = 4
+# With jumbo frames the window is smaller. A 64 KiB slice is then 8 packets, so two
+# children with 4 slices each and the parent's broadcast fill the inner rank's
+# 100-packet downlink queue: 180-290 tc drops per run at N = 8 (lf1-eth2/3, ranks 1 and
+# 2), each a 9000-byte frame recovered behind a queue that drains in 144 ms, and the
+# tree at 1.11-1.13 x its bound (windows 4, 8, 16). The datapath has headroom with jumbo
+# frames (unflagged), so the round trip a credit must cover is short: with 2 slices no
+# drop, 1.058 (twice) at N = 8 and 1.035 at N = 4 (1.065 with 4). With standard frames
+# the datapath is at its ceiling at N = 8, a loaded round trip is long, and 2 slices
+# measured 1.21 (4: 1.07-1.13): 4 stays there.
+TREE_WINDOW_JUMBO = 2
+STANDARD_MTU = 1500
+
+
+def tree_window(mtu: int | None) -> int:
+    """The tree's credit window in slices for links of `mtu` bytes (None: unknown, taken
+    as standard Ethernet): TREE_WINDOW up to 1500 bytes, TREE_WINDOW_JUMBO above."""
+    return TREE_WINDOW if mtu is None or mtu <= STANDARD_MTU else TREE_WINDOW_JUMBO
+
+
+def default_tree_window() -> int:
+    """`tree_window` of the interface gloo uses (GLOO_SOCKET_IFNAME; --iface sets it)."""
+    return tree_window(link_mtu(os.environ.get("GLOO_SOCKET_IFNAME")))
+
+
+def link_mtu(iface: str | None) -> int | None:
+    """The MTU of network interface `iface` (from /sys/class/net), or None when no
+    interface is named or it cannot be read (loopback runs name none)."""
+    if not iface:
+        return None
+    try:
+        return int(Path(f"/sys/class/net/{iface}/mtu").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _post(recvs: list, src: int, numel: int, dtype: torch.dtype, tag: int, what: str) -> None:
@@ -285,7 +320,7 @@ def tree_height(world: int) -> int:
 
 
 def tree_allreduce(tensor: torch.Tensor, rank: int, world: int, timeout: float,
-                   slices: int = TREE_SLICES, window: int = TREE_WINDOW) -> tuple[int, int]:
+                   slices: int = TREE_SLICES, window: int | None = None) -> tuple[int, int]:
     """Reduce up a binary tree to rank 0, then broadcast down it, pipelined in slices.
 
     The tree is a heap: rank r's parent is (r-1)//2, its children 2r+1 and 2r+2 (those
@@ -294,8 +329,9 @@ def tree_allreduce(tensor: torch.Tensor, rank: int, world: int, timeout: float,
     + left + right) and sends it up as soon as both arrived; the root's slice j is then
     final and goes down the tree. The parent's broadcast is received into buffers posted
     at the start; the children's slices within a window of `window` slices ahead of the
-    last one added (TREE_WINDOW: a credit, so that one child cannot take the parent's
-    link while the other falls behind).
+    last one added (a credit, so that one child cannot take the parent's link while the
+    other falls behind); default `tree_window` of the MTU of the interface gloo uses
+    (GLOO_SOCKET_IFNAME, which --iface sets).
 
     The two directions run independently, as NCCL's tree does: the calling thread
     reduces (waits for the children's slices, sends up), and on a non-root rank a second
@@ -311,6 +347,8 @@ def tree_allreduce(tensor: torch.Tensor, rank: int, world: int, timeout: float,
     Bytes: a rank with c children sends M up (not the root) and c x M down, and receives
     c x M from its children and M from its parent (not the root).
     """
+    if window is None:
+        window = default_tree_window()
     if window < 1:  # no credit at all: no child could ever send
         raise ValueError(f"tree window: {window} slices; at least 1")
     if world == 1:
