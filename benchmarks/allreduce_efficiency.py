@@ -355,7 +355,8 @@ def run_fabric(args: argparse.Namespace) -> list[Result]:
     2 spines × 3 leaves × 3 hosts (9 hosts: N = 8 ranks plus the PS server on h1), host
     links at --bandwidth-mbps, uplinks at hosts_per_leaf × that rate so neither ECMP
     collisions nor the spine limit the host links: the bound is the host link. Policy
-    ecmp, CUBIC, 100-packet queues."""
+    ecmp, CUBIC, 100-packet queues; --no-slow-start-after-idle sets every host's
+    net.ipv4.tcp_slow_start_after_idle to 0."""
     from incastlab.capture.cpu import CpuMonitor
     from incastlab.fabric import Fabric
     from incastlab.topologies.leafspine import LeafSpineTopo, fabric_map
@@ -367,7 +368,8 @@ def run_fabric(args: argparse.Namespace) -> list[Result]:
     topo = LeafSpineTopo(2, leaves, per_leaf, host_bw=args.bandwidth_mbps,
                          fabric_bw=per_leaf * args.bandwidth_mbps, queue_packets=100,
                          mtu=args.mtu)
-    with Fabric(topo, policy="ecmp", run_dir=out / "fabric") as fab:
+    with Fabric(topo, policy="ecmp", run_dir=out / "fabric",
+                slow_start_after_idle=args.slow_start_after_idle) as fab:
         hosts = fabric_map(topo).hosts
         logs = []
 
@@ -429,6 +431,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mtu", type=int, default=1500,
                    help="fabric only: every link's MTU in bytes (9000: jumbo frames); the "
                         "bounds' framing follows it")
+    p.add_argument("--no-slow-start-after-idle", dest="slow_start_after_idle",
+                   action="store_false",
+                   help="fabric only: hosts keep a connection's congestion window across "
+                        "idle periods (net.ipv4.tcp_slow_start_after_idle = 0; default: "
+                        "the kernel's 1, a connection idle for an RTO restarts from its "
+                        "initial window)")
     p.add_argument("--bandwidth-mbps", type=float, default=50.0,
                    help="link rate B for the bounds, Mbit/s (default: 50)")
     p.add_argument("--size-bytes", type=int, default=4 * MIB,
@@ -476,7 +484,8 @@ def main(argv: list[str] | None = None) -> int:
                       "target_efficiency": TARGET_EFFICIENCY, "ring_target_met": met,
                       "framed_target": FRAMED_TARGET, "framed_verdicts": framed,
                       "bandwidth_mbps": args.bandwidth_mbps, "size_bytes": args.size_bytes,
-                      "reps": args.reps,
+                      "reps": args.reps, "mtu": args.mtu,
+                      "slow_start_after_idle": args.slow_start_after_idle,
                       "results": [r.as_dict(args.bandwidth_mbps) for r in results]}))
     return 0
 

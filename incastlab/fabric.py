@@ -68,7 +68,9 @@ class Fabric:
 
     topo: a LeafSpineTopo/StarTopo. policy: routing policy name (controller registry).
     run_dir: where fabric.json, controller.log and the controller's CSVs go (a
-    temporary directory is made if None). congestion_control: every host's TCP CC.
+    temporary directory is made if None). congestion_control: every host's TCP CC;
+    slow_start_after_idle: every host's net.ipv4.tcp_slow_start_after_idle (True: the
+    kernel's default, a connection idle for an RTO restarts from its initial window).
     ready_timeout: seconds allowed for switches, routes and reachability.
     capabilities: the result of a preflight the caller has just run (the runner's
     check_ready); without it the fabric runs its own.
@@ -78,12 +80,14 @@ class Fabric:
                  controller_port: int = DEFAULT_CONTROLLER_PORT,
                  congestion_control: str = "cubic", policy_args: list[str] | None = None,
                  ready_timeout: float = 60.0, check_reachability: bool = True,
-                 capabilities: Capabilities | None = None):
+                 capabilities: Capabilities | None = None,
+                 slow_start_after_idle: bool = True):
         self.topo = topo
         self.policy = policy
         self.run_dir = Path(run_dir) if run_dir else None
         self.controller_port = controller_port
         self.congestion_control = congestion_control
+        self.slow_start_after_idle = slow_start_after_idle
         self.policy_args = list(policy_args or [])
         # policy external: the switches connect to the user's controller as well as to
         # ours, which then only observes (slave role; see controller/observer.py)
@@ -245,6 +249,8 @@ class Fabric:
         self._allow_congestion_control()
         for host in self.net.hosts:
             out = host.cmd(f"sysctl -qw net.ipv4.tcp_congestion_control={self.congestion_control}"
+                           " net.ipv4.tcp_slow_start_after_idle="
+                           f"{int(self.slow_start_after_idle)}"
                            " net.ipv6.conf.all.disable_ipv6=1"
                            " net.ipv6.conf.default.disable_ipv6=1; echo rc=$?")
             if "rc=0" not in out:

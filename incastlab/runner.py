@@ -74,6 +74,12 @@ def policy_args(spec: Spec) -> list[str]:
     return args
 
 
+def host_tcp(spec: Spec) -> dict:
+    """The Fabric's settings of every host's TCP, from the spec's topology."""
+    return {"congestion_control": spec.topology.congestion_control,
+            "slow_start_after_idle": spec.topology.slow_start_after_idle}
+
+
 def check_ready(spec: Spec, controller_port: int):
     """Preflight plus the machine-dependent spec checks; nothing is touched yet."""
     caps = run_preflight(controller_port=controller_port, need_netem=bool(spec.topology.delay),
@@ -125,7 +131,7 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
     topo = spec.make_topology()
     progress.phase("fabric and controller coming up")
     fab = Fabric(topo, policy=spec.routing.policy, run_dir=run_dir, controller_port=port,
-                 congestion_control=spec.topology.congestion_control,
+                 **host_tcp(spec),
                  policy_args=policy_args(spec), ready_timeout=spec.run.phase_timeout_s,
                  # check_ready's preflight, not a second one (a copy: the fabric adds notices)
                  capabilities=dataclasses.replace(caps, notices=list(caps.notices))

@@ -137,6 +137,11 @@ class Topology:
     queue_bytes: int | None = _f(None, _optional(_int(1, MAX_QUEUE_BYTES, unit="bytes")),
                                  "instead of queue_packets: bfifo limit of every switch "
                                  "egress queue, at least one frame (mtu + 14)", sweep=True)
+    slow_start_after_idle: bool = _f(True, _bool,
+                                     "TCP slow start after an idle period, in every host "
+                                     "(net.ipv4.tcp_slow_start_after_idle; true is the "
+                                     "kernel's default); false keeps a connection's window "
+                                     "across the pauses between a job's steps", sweep=True)
 
 
 @dataclass

@@ -59,7 +59,19 @@ def test_all_pairs_ping_through_controller(tmp_path):
         assert result == 0.0
         cc = fab.net["h3"].cmd("sysctl -n net.ipv4.tcp_congestion_control").strip()
         assert cc == "cubic"
+        idle = fab.net["h3"].cmd("sysctl -n net.ipv4.tcp_slow_start_after_idle").strip()
+        assert idle == "1"  # the kernel's default, unless the spec says otherwise
     assert "Traceback" not in (tmp_path / "controller.log").read_text()
+    _assert_nothing_left()
+
+
+def test_hosts_keep_their_window_across_idle_when_told(tmp_path):
+    with Fabric(LeafSpineTopo(2, 2, 2), run_dir=tmp_path, controller_port=free_port(),
+                congestion_control="reno", slow_start_after_idle=False) as fab:
+        for host in fab.net.hosts:
+            got = host.cmd("sysctl -n net.ipv4.tcp_slow_start_after_idle "
+                           "net.ipv4.tcp_congestion_control").split()
+            assert got == ["0", "reno"], host.name
     _assert_nothing_left()
 
 

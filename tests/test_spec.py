@@ -107,6 +107,7 @@ def test_defaults_alone_validate():
     assert spec.run.name == "default"
     assert spec.topology.kind == "leafspine" and spec.topology.host_bw_mbps == 20.0
     assert spec.topology.congestion_control == "cubic"
+    assert spec.topology.slow_start_after_idle is True  # the kernel's default
     assert spec.capture.snaplen == 128 and spec.capture.ports == "default"
     assert spec.capture.queue_sample_ms <= 20
     validate(spec, {"netem": False})
@@ -167,6 +168,8 @@ def test_sharded_ps_and_worker_leaves():
     ('[topology]\nkind = "fattree"\n', "topology.kind: 'fattree' is not one of leafspine, star"),
     ('[topology]\ncongestion_control = "dctcp"\n',
      "topology.congestion_control: 'dctcp' is not one of cubic, reno, bbr"),
+    ('[topology]\nslow_start_after_idle = "no"\n',
+     "topology.slow_start_after_idle: 'no' is not true or false"),
     ('[workload]\nimpl = "nccl"\n', "workload.impl: 'nccl' is not one of ring, gloo"),
     ('[workload]\nworkers = "eight"\n',
      "workload.workers: 'eight' is not an integer from 1 to 1000"),
@@ -277,7 +280,8 @@ def test_sharded_ps_and_worker_leaves():
     ('[topology]\npolicy = "ecmp"\n',
      "topology.policy: unknown field (it belongs in [routing]: routing.policy); [topology] "
      "has kind, spines, leaves, hosts_per_leaf, senders, host_bw_mbps, fabric_bw_mbps, "
-     "oversubscription, queue_packets, delay, congestion_control, mtu, queue_bytes"),
+     "oversubscription, queue_packets, delay, congestion_control, mtu, queue_bytes, "
+     "slow_start_after_idle"),
     ('policy = "ecmp"\n', "policy: a field outside its table; write it under [routing]"),
     ("routing = 3\n", "routing: 3 is not a table"),
     # a list where no sweep is allowed
@@ -545,3 +549,13 @@ def test_loading_and_validating_make_no_system_calls(monkeypatch):
         spec = load_spec(path, allow_sweep=True, capabilities={"netem": True})
         for _label, single in expand_sweep(spec):
             single.capture_interfaces()
+
+
+def test_host_tcp_settings_reach_the_fabric():
+    """The spec's host TCP settings are what the runner hands the Fabric (which sets
+    them in every host: tests/test_fabric_root.py)."""
+    from incastlab.runner import host_tcp
+    spec = load_spec(overrides=["topology.slow_start_after_idle=false",
+                                "topology.congestion_control=reno"])
+    assert host_tcp(spec) == {"congestion_control": "reno", "slow_start_after_idle": False}
+    assert host_tcp(load_spec())["slow_start_after_idle"] is True
