@@ -370,6 +370,7 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True,
                 "start": t0, "end": t1, "duration_s": t1 - t0,
                 "datapath": manifest.get("datapath"),
                 "congestion_control": manifest.get("congestion_control"),
+                "slow_start_after_idle": manifest.get("slow_start_after_idle"),
                 "rto_threshold_s": rto_threshold_s, "kind": kind},
         "headline": {},  # filled below from the declared metrics (metrics.py)
         "headline_na": {},

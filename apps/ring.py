@@ -179,18 +179,20 @@ TREE_WINDOW = 4
 # children with 4 slices each and the parent's broadcast fill the inner rank's
 # 100-packet downlink queue: 180-290 tc drops per run at N = 8 (lf1-eth2/3, ranks 1 and
 # 2), each a 9000-byte frame recovered behind a queue that drains in 144 ms, and the
-# tree at 1.11-1.13 x its bound (windows 4, 8, 16). The datapath has headroom with jumbo
+# tree at 1.11-1.23 x its bound (windows 4, 8, 16). The datapath has headroom with jumbo
 # frames (unflagged), so the round trip a credit must cover is short: with 2 slices no
-# drop, 1.058 (twice) at N = 8 and 1.035 at N = 4 (1.065 with 4). With standard frames
-# the datapath is at its ceiling at N = 8, a loaded round trip is long, and 2 slices
-# measured 1.21 (4: 1.07-1.13): 4 stays there.
+# drop, 1.051-1.063 at N = 8 (five runs) and 1.027-1.035 at N = 4 (1.065 with 4). With
+# standard frames the datapath is at its ceiling at N = 8, a loaded round trip is long,
+# and 2 slices measured 1.21 (4: 1.07-1.13): 4 stays there. (Measured with the lab's
+# 100-packet queues; a much shorter queue of jumbo frames may want less.)
 TREE_WINDOW_JUMBO = 2
 STANDARD_MTU = 1500
 
 
 def tree_window(mtu: int | None) -> int:
     """The tree's credit window in slices for links of `mtu` bytes (None: unknown, taken
-    as standard Ethernet): TREE_WINDOW up to 1500 bytes, TREE_WINDOW_JUMBO above."""
+    as standard Ethernet): TREE_WINDOW up to 1500 bytes, TREE_WINDOW_JUMBO above (also
+    loopback's 65536, where the window only paces the sends)."""
     return TREE_WINDOW if mtu is None or mtu <= STANDARD_MTU else TREE_WINDOW_JUMBO
 
 
@@ -200,12 +202,14 @@ def default_tree_window() -> int:
 
 
 def link_mtu(iface: str | None) -> int | None:
-    """The MTU of network interface `iface` (from /sys/class/net), or None when no
-    interface is named or it cannot be read (loopback runs name none)."""
+    """The MTU of network interface `iface` (from /sys/class/net; of a comma-separated
+    list, as GLOO_SOCKET_IFNAME may be, the smallest), or None when no interface is
+    named or one cannot be read."""
     if not iface:
         return None
     try:
-        return int(Path(f"/sys/class/net/{iface}/mtu").read_text())
+        return min(int(Path(f"/sys/class/net/{name.strip()}/mtu").read_text())
+                   for name in iface.split(","))
     except (OSError, ValueError):
         return None
 
@@ -679,6 +683,8 @@ def run(args: argparse.Namespace, log: common.JsonLog) -> None:
     log.write("start", role="ring", rank=args.rank, world_size=n, mode=args.impl,
               algorithm=args.algorithm if args.impl == "ring" else None, leaves=args.leaves,
               tree_slices=tree_slices(trainer.n_params * BYTES_PER_PARAM)
+              if args.algorithm == "tree" and args.impl == "ring" else None,
+              tree_window=tree_window(link_mtu(args.iface))
               if args.algorithm == "tree" and args.impl == "ring" else None,
               param_count=trainer.n_params, gradient_bytes=trainer.n_params * BYTES_PER_PARAM,
               t=time.time(), **common.host_info(args.iface), slowdown=trainer.slowdown,

@@ -435,8 +435,8 @@ def main(argv: list[str] | None = None) -> int:
                    action="store_false",
                    help="fabric only: hosts keep a connection's congestion window across "
                         "idle periods (net.ipv4.tcp_slow_start_after_idle = 0; default: "
-                        "the kernel's 1, a connection idle for an RTO restarts from its "
-                        "initial window)")
+                        "the kernel's 1: a connection idle for longer than its RTO has "
+                        "its window halved per RTO of the pause, down to the initial one)")
     p.add_argument("--bandwidth-mbps", type=float, default=50.0,
                    help="link rate B for the bounds, Mbit/s (default: 50)")
     p.add_argument("--size-bytes", type=int, default=4 * MIB,
@@ -484,8 +484,10 @@ def main(argv: list[str] | None = None) -> int:
                       "target_efficiency": TARGET_EFFICIENCY, "ring_target_met": met,
                       "framed_target": FRAMED_TARGET, "framed_verdicts": framed,
                       "bandwidth_mbps": args.bandwidth_mbps, "size_bytes": args.size_bytes,
-                      "reps": args.reps, "mtu": args.mtu,
-                      "slow_start_after_idle": args.slow_start_after_idle,
+                      "reps": args.reps,  # the fabric's settings (none on loopback):
+                      "mtu": None if args.loopback else args.mtu,
+                      "slow_start_after_idle": None if args.loopback
+                      else args.slow_start_after_idle,
                       "results": [r.as_dict(args.bandwidth_mbps) for r in results]}))
     return 0
 

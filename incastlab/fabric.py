@@ -70,7 +70,8 @@ class Fabric:
     run_dir: where fabric.json, controller.log and the controller's CSVs go (a
     temporary directory is made if None). congestion_control: every host's TCP CC;
     slow_start_after_idle: every host's net.ipv4.tcp_slow_start_after_idle (True: the
-    kernel's default, a connection idle for an RTO restarts from its initial window).
+    kernel's default: a connection idle for longer than its RTO has its window halved per
+    RTO of the pause, down to the initial window).
     ready_timeout: seconds allowed for switches, routes and reachability.
     capabilities: the result of a preflight the caller has just run (the runner's
     check_ready); without it the fabric runs its own.

@@ -100,7 +100,7 @@ def run_experiment(spec: Spec, run_dir: Path, controller_port: int = DEFAULT_CON
     manifest = Manifest(run_dir, spec.to_dict())
     if caps is not None:
         manifest.update(datapath=caps.datapath, netem=caps.netem, notices=caps.notices,
-                        congestion_control=spec.topology.congestion_control)
+                        **host_tcp(spec))
     old_term = signal.signal(signal.SIGTERM, _terminated)
     status, reason = "complete", None
     try:
@@ -140,7 +140,7 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
         fmap = FabricMap.load(run_dir / "fabric.json")
         manifest.update(datapath=fab.capabilities.datapath, netem=fab.capabilities.netem,
                         ovs=fab.capabilities.ovs_version, notices=fab.capabilities.notices,
-                        congestion_control=spec.topology.congestion_control)
+                        **host_tcp(spec))
         if fab.capabilities.datapath == "user":  # what bounded all switch queues together
             have, source = ovs_buffer.send_buffer()
             manifest.update(ovs_send_buffer={"bytes": have, "source": source,

@@ -21,9 +21,9 @@ import pytest
 
 from incastlab.apps.local import LocalJob, free_port
 from incastlab.apps.ring import (
+    STANDARD_MTU,
     TREE_WINDOW,
     TREE_WINDOW_JUMBO,
-    default_tree_window,
     link_mtu,
     tree_slices,
     tree_window,
@@ -37,7 +37,7 @@ SETTLE_S = 1.0  # after the count reached the window: time for a send past it to
 RANK = r"""
 import datetime, json, os, sys, threading, time
 import torch, torch.distributed as dist
-from incastlab.apps.ring import tree_allreduce, tree_slices
+from incastlab.apps.ring import default_tree_window, tree_allreduce, tree_slices
 rank, port, out, numel, window, timeout, settle = (int(sys.argv[1]), sys.argv[2],
     sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]), float(sys.argv[7]))
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -46,8 +46,8 @@ deadline = datetime.timedelta(seconds=timeout)
 x = (torch.arange(numel, dtype=torch.float32) % 1000) * (rank + 1)
 flag = os.path.join(out, "counted")
 result = {"rank": rank}
-if rank == 0:
-    tree_allreduce(x, 0, 3, timeout, window=window)
+if rank == 0:  # window 0: the default (default_tree_window)
+    tree_allreduce(x, 0, 3, timeout, window=window or None)
 else:
     per = tree_slices(numel * 4)
     parts = list(torch.tensor_split(x, per))
@@ -65,13 +65,14 @@ else:
         th = threading.Thread(target=waiter, daemon=True)
         th.start()
         end = time.monotonic() + timeout / 3
-        while len(done) < window and time.monotonic() < end:
+        expect = window or default_tree_window()
+        while len(done) < expect and time.monotonic() < end:
             time.sleep(0.01)
         time.sleep(settle)
         result["completed_while_sibling_silent"] = len(done)
         open(flag, "w").close()
         th.join()
-        sends = []
+        sends = []  # the waiter thread has waited for every send already
     else:  # rank 2 holds back until rank 1 has counted
         end = time.monotonic() + timeout
         while not os.path.exists(flag) and time.monotonic() < end:
@@ -90,9 +91,8 @@ os._exit(0)
 """
 
 
-@pytest.mark.parametrize("window", [1, 3])
-def test_a_child_runs_at_most_window_slices_ahead_of_its_silent_sibling(tmp_path, window):
-    assert tree_slices(NUMEL * 4) == 8 > window  # the credit is what stops the sends
+def _completed_while_sibling_silent(tmp_path, window: int) -> int:
+    """Run the three ranks (`window` 0: the root's default); child 1's completed sends."""
     port = free_port()
     with LocalJob(tmp_path) as job:
         for r in range(WORLD):
@@ -101,8 +101,26 @@ def test_a_child_runs_at_most_window_slices_ahead_of_its_silent_sibling(tmp_path
         codes = job.wait(3 * TIMEOUT_S + 60)
     assert all(c == 0 for c in codes.values()), [job.stderr(r) for r in codes]
     got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
-    assert got[1]["completed_while_sibling_silent"] == window
     assert all(g["exact"] for g in got)
+    return got[1]["completed_while_sibling_silent"]
+
+
+@pytest.mark.parametrize("window", [1, 3])
+def test_a_child_runs_exactly_window_slices_ahead_of_its_silent_sibling(tmp_path, window):
+    assert tree_slices(NUMEL * 4) == 8 > window  # the credit is what stops the sends
+    assert _completed_while_sibling_silent(tmp_path, window) == window
+
+
+@pytest.mark.parametrize("iface, want", [(None, TREE_WINDOW), ("lo", TREE_WINDOW_JUMBO)])
+def test_the_default_window_follows_gloos_interface(tmp_path, monkeypatch, iface, want):
+    """Without a window, the root's credit is that of GLOO_SOCKET_IFNAME's MTU (lo's is
+    above 1500: the jumbo window); the child processes inherit the variable."""
+    if iface is None:
+        monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    else:
+        assert link_mtu(iface) > STANDARD_MTU
+        monkeypatch.setenv("GLOO_SOCKET_IFNAME", iface)
+    assert _completed_while_sibling_silent(tmp_path, 0) == want
 
 
 def test_window_follows_the_mtu():
@@ -111,13 +129,10 @@ def test_window_follows_the_mtu():
 
 
 def test_link_mtu_reads_the_interface():
-    assert link_mtu("lo") == int(open("/sys/class/net/lo/mtu").read())
+    import subprocess
+    shown = json.loads(subprocess.run(["ip", "-j", "link", "show", "lo"], check=True,
+                                      capture_output=True, text=True).stdout)
+    assert link_mtu("lo") == shown[0]["mtu"]  # what iproute2 reports
+    assert link_mtu("no-such-if0,lo") is None  # one of a list unreadable
     assert link_mtu(None) is None
     assert link_mtu("no-such-if0") is None
-
-
-def test_default_window_is_that_of_gloos_interface(monkeypatch):
-    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")  # MTU 65536: above standard frames
-    assert default_tree_window() == TREE_WINDOW_JUMBO
-    monkeypatch.delenv("GLOO_SOCKET_IFNAME")  # loopback runs name no interface
-    assert default_tree_window() == TREE_WINDOW

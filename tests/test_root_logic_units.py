@@ -354,6 +354,35 @@ def test_new_run_dir_names(tmp_path, monkeypatch):
         x.name for x in (a, b, c, d))
 
 
+def test_the_run_hands_the_hosts_tcp_settings_to_the_fabric(tmp_path, monkeypatch):
+    """What `incastlab run` builds its Fabric with (the Fabric's stand-in stops the run
+    there, before anything is touched) and records in the manifest."""
+    import json
+
+    from incastlab import runner
+    from incastlab.spec import load_spec
+    made = []
+
+    class Recorder:
+        def __init__(self, topo, **kwargs):
+            made.append(kwargs)
+            raise RuntimeError("stand-in Fabric: stop here")
+
+    monkeypatch.setattr(runner, "Fabric", Recorder)
+    spec = load_spec(overrides=["topology.slow_start_after_idle=false",
+                                "topology.congestion_control=reno"])
+    from incastlab.preflight import Capabilities
+    caps = Capabilities(datapath="user", netem=False, congestion_controls=["cubic", "reno"],
+                        ovs_version="3.1.0", notices=[])
+    status = runner.run_experiment(spec, tmp_path, caps=caps)
+    assert status == "failed" and len(made) == 1, (tmp_path / "manifest.json").read_text()
+    assert made[0]["slow_start_after_idle"] is False
+    assert made[0]["congestion_control"] == "reno"
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["slow_start_after_idle"] is False
+    assert manifest["congestion_control"] == "reno"
+
+
 def test_progress_counts_compact_json_events(tmp_path):
     from incastlab.runner import _progress_logged
     log = tmp_path / "0.jsonl"

@@ -551,9 +551,10 @@ def test_loading_and_validating_make_no_system_calls(monkeypatch):
             single.capture_interfaces()
 
 
-def test_host_tcp_settings_reach_the_fabric():
-    """The spec's host TCP settings are what the runner hands the Fabric (which sets
-    them in every host: tests/test_fabric_root.py)."""
+def test_host_tcp_settings_from_the_spec():
+    """The spec's host TCP settings, as the runner gives them to the Fabric
+    (tests/test_root_logic_units.py: that it does; tests/test_fabric_root.py: that the
+    Fabric sets them in every host)."""
     from incastlab.runner import host_tcp
     spec = load_spec(overrides=["topology.slow_start_after_idle=false",
                                 "topology.congestion_control=reno"])
