@@ -262,6 +262,12 @@ def attribute(iterations: pd.DataFrame, bound_s, rto_intervals: pd.DataFrame | N
     return out
 
 
+def _residue(seconds: float) -> float:
+    """A difference of sums, rounded to the nanosecond: what the parts leave when they add
+    up exactly is float residue (-1e-16 s), not a cost, and must read 0, not -1e-16."""
+    return round(seconds, 9) + 0.0  # + 0.0: no -0.0
+
+
 def run_summary(attr: pd.DataFrame) -> dict:
     """Per run: the mean of every part per iteration (s), the totals, and what the
     network cost over the bound.
@@ -285,13 +291,14 @@ def run_summary(attr: pd.DataFrame) -> dict:
                 "below_bound_iterations": 0, "no_host_ip_iterations": 0,
                 "skipped_iterations": skipped, "totals": {}}
     mean = {c: float(attr[c].mean()) for c in ["duration_s", "bound_s", *PARTS]}
-    cost = mean["duration_s"] - mean["compute_s"] - mean["transfer_at_bound_s"] \
-        - mean["schedule_s"] - mean["straggler_wait_s"]
+    cost = _residue(mean["duration_s"] - mean["compute_s"] - mean["transfer_at_bound_s"]
+                    - mean["schedule_s"] - mean["straggler_wait_s"])
     comm = mean["duration_s"] - mean["compute_s"]
     totals = {c: float(attr[c].sum()) for c in PARTS}
     totals["measured_s"] = float(attr["duration_s"].sum())
-    totals["network_cost_s"] = totals["measured_s"] - totals["compute_s"] \
-        - totals["transfer_at_bound_s"] - totals["schedule_s"] - totals["straggler_wait_s"]
+    totals["network_cost_s"] = _residue(
+        totals["measured_s"] - totals["compute_s"] - totals["transfer_at_bound_s"]
+        - totals["schedule_s"] - totals["straggler_wait_s"])
     return {"iterations": n, "measured_s": mean["duration_s"], "bound_s": mean["bound_s"],
             **{p: mean[p] for p in PARTS}, "network_cost_s": cost,
             "network_cost_pct": 100 * cost / mean["duration_s"]

@@ -1,5 +1,7 @@
 """Attribution of iteration time on hand-made tables whose answer is known, and the
 interval builders on a scripted capture."""
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -161,6 +163,23 @@ def test_run_summary_and_headline():
         "per round the run was 0.2 s (25 %) faster than the bound allows: its assumptions "
         "did not hold; RTO stalls 0 s, loss recovery 0 s, unexplained -0.2 s; 1 of 1 "
         "rounds ran faster than the bound")
+
+
+def test_parts_that_add_up_leave_no_cost_not_float_residue():
+    """0.3 - 0.1 - 0.2 is -2.8e-17 in floats: an iteration whose parts add up to its
+    duration has cost 0 (the demo printed "-9.99e-16 s" and "-7.22e-13 ms" before)."""
+    row = {"duration_s": 0.3, "bound_s": 0.2, "compute_s": 0.1, "transfer_at_bound_s": 0.2,
+           "schedule_s": 0.0, "rto_stall_s": 0.0, "loss_recovery_s": 0.0,
+           "straggler_wait_s": 0.0, "unexplained_s": 0.0, "below_bound": False,
+           "host_ip_known": True}
+    assert 0.3 - 0.1 - 0.2 != 0  # the residue this guards against
+    s = at.run_summary(pd.DataFrame([row, row]))
+    assert s["network_cost_s"] == 0.0 and math.copysign(1, s["network_cost_s"]) == 1
+    assert s["totals"]["network_cost_s"] == 0.0
+    assert s["network_cost_pct"] == 0.0
+    # a real cost of a microsecond survives the rounding
+    s = at.run_summary(pd.DataFrame([{**row, "duration_s": 0.300001}]))
+    assert s["network_cost_s"] == pytest.approx(1e-6, abs=1e-9)
 
 
 def test_intervals_from_a_scripted_capture(tmp_path):
