@@ -13,18 +13,21 @@ Pins and why:
   for /usr/bin/python3 together with `mnexec`, and the venv is created with
   --system-site-packages so it sees it (PyPI has no matching mnexec).
 """
-from setuptools import setup
+from setuptools import find_packages, setup
 
+# The four folders mapped into the namespace; every package under them and under
+# incastlab/ is found, not listed, so a new subpackage cannot be left out of the wheel.
 SUBPACKAGES = ["topologies", "controller", "apps", "analysis"]
+PACKAGES = find_packages(include=["incastlab", "incastlab.*"]) + [
+    f"incastlab.{folder}{'.' + sub if sub else ''}"
+    for folder in SUBPACKAGES for sub in ["", *find_packages(where=folder)]]
 
 setup(
     name="incastlab",
     version="0.1.0",
     description="Packet-level emulation testbed for distributed deep-learning traffic",
     python_requires=">=3.11",  # tomllib; Debian 12 and Ubuntu 24.04 ship 3.11/3.12
-    # every package, listed: incastlab's own subpackages and the four mapped folders
-    packages=["incastlab", "incastlab.capture", "incastlab.commands"]
-    + [f"incastlab.{name}" for name in SUBPACKAGES],
+    packages=PACKAGES,
     package_dir={"incastlab": "incastlab", **{f"incastlab.{n}": n for n in SUBPACKAGES}},
     include_package_data=True,
     install_requires=[
