@@ -38,6 +38,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from incastlab.topologies import runformat as rf
+
 from .pcap import PcapError, read_pcap
 
 OK, MISSING, EMPTY, TRUNCATED, UNREADABLE = "ok", "missing", "empty", "truncated", "unreadable"
@@ -252,7 +254,7 @@ def check_csv(run_dir, name: str, group: str, df: pd.DataFrame | None, error: st
 def check_queues(run_dir, queues: pd.DataFrame | None, error: str | None, manifest: dict,
                  spec: dict, fabric, data_end: float | None) -> Input:
     """queues.csv: read, whole and covering the run (module docstring's rules)."""
-    i = check_csv(run_dir, "queues.csv", "queues", queues, error, True)
+    i = check_csv(run_dir, rf.QUEUES.name, "queues", queues, error, True)
     if not i.ok or queues is None or queues.empty:
         return i
     why = []
@@ -305,7 +307,7 @@ def check_workers(run_dir, workers: pd.DataFrame | None, error: str | None,
     leave it ok (counted)."""
     if isinstance(manifest.get("jobs"), list) and manifest["jobs"]:
         return _check_job_workers(run_dir, manifest["jobs"])
-    wdir = Path(run_dir) / "workers"
+    wdir = Path(run_dir) / rf.WORKERS_DIR
     ranks = [str(p.get("rank")) for p in manifest.get("processes") or []
              if isinstance(p, dict) and p.get("rank") is not None] \
         if isinstance(manifest.get("processes"), list) else []
@@ -316,7 +318,7 @@ def check_workers(run_dir, workers: pd.DataFrame | None, error: str | None,
         return [Input("workers/*.jsonl", "workers", MISSING, "no worker logs")]
     out = []
     for stem in names:
-        i = check_file(run_dir, f"workers/{stem}.jsonl", "workers", error)
+        i = check_file(run_dir, f"{rf.WORKERS_DIR}/{rf.worker_log(stem)}", "workers", error)
         st = files.get(stem) or {}
         if i.ok and not st.get("lines"):
             i.state, i.reason = EMPTY, "no lines"
@@ -353,7 +355,7 @@ def check_counters(run_dir, fabric, manifest: dict | None = None) -> list[Input]
     """counters/<host>.before.json and .after.json for every host that ran a process of
     the workload (the manifest's `processes`; only their TCP is counted) and every host
     with a counters file; without either, every host of the fabric map."""
-    cdir = Path(run_dir) / "counters"
+    cdir = Path(run_dir) / rf.COUNTERS_DIR
     procs = (manifest or {}).get("processes")
     ran = [str(p["host"]) for p in procs if isinstance(p, dict) and p.get("host")] \
         if isinstance(procs, list) else []
@@ -365,8 +367,8 @@ def check_counters(run_dir, fabric, manifest: dict | None = None) -> list[Input]
         return [Input("counters/*.json", "counters", MISSING, "no kernel counters")]
     out = []
     for host in hosts:
-        for phase in ("before", "after"):
-            name = f"counters/{host}.{phase}.json"
+        for phase in rf.COUNTER_PHASES:
+            name = f"{rf.COUNTERS_DIR}/{rf.counters_file(host, phase)}"
             i = check_file(run_dir, name, "counters")
             if i.ok:
                 try:
@@ -402,17 +404,17 @@ def inventory(run_dir, *, manifest: dict, spec: dict, fabric, queues, workers,
     'flow_paths', 'counters'): the error it raised}."""
     run_dir = Path(run_dir)
     errors = errors or {}
-    items = [check_file(run_dir, "manifest.json", "manifest", errors.get("manifest")),
+    items = [check_file(run_dir, rf.MANIFEST, "manifest", errors.get("manifest")),
              check_file(run_dir, "spec.toml", "spec", errors.get("spec")),
-             check_file(run_dir, "fabric.json", "fabric", errors.get("fabric"))]
+             check_file(run_dir, rf.FABRIC, "fabric", errors.get("fabric"))]
     items += capture_inputs
     items.append(check_queues(run_dir, queues, errors.get("queues"), manifest, spec, fabric,
                               data_end(workers, pcaps)))
     items += check_workers(run_dir, workers, errors.get("workers"), manifest)
     items += check_counters(run_dir, fabric, manifest)
-    items.append(check_csv(run_dir, "port_stats.csv", "port_stats", port_stats,
+    items.append(check_csv(run_dir, rf.PORT_STATS.name, "port_stats", port_stats,
                            errors.get("port_stats"), False))
-    items.append(check_csv(run_dir, "flow_paths.csv", "flow_paths", flow_paths,
+    items.append(check_csv(run_dir, rf.FLOW_PATHS.name, "flow_paths", flow_paths,
                            errors.get("flow_paths"), False))
     if t0 is None and isinstance(manifest.get("start"), (int, float)):
         t0 = float(manifest["start"])

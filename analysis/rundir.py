@@ -14,18 +14,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from incastlab.topologies import naming
+from incastlab.topologies import naming, runformat
 from incastlab.topologies.fabricmap import FabricMap
 
-QUEUE_COLUMNS = ["t", "switch", "port", "iface", "backlog_bytes", "backlog_pkts", "drops",
-                 "overlimits", "sent_bytes", "sent_pkts", "requeues"]
-PORT_STATS_COLUMNS = ["t", "switch", "port", "peer", "tx_bytes", "rx_bytes", "tx_packets",
-                      "rx_packets", "tx_dropped"]
+QUEUE_COLUMNS = runformat.QUEUES.fields
+PORT_STATS_COLUMNS = runformat.PORT_STATS.fields
 
 
 def load_manifest(run_dir) -> dict:
     """`manifest.json` as a dict ({} if absent)."""
-    p = Path(run_dir) / "manifest.json"
+    p = Path(run_dir) / runformat.MANIFEST
     if not p.exists():
         return {}
     try:
@@ -36,7 +34,7 @@ def load_manifest(run_dir) -> dict:
 
 def load_spec(run_dir) -> dict:
     """`spec.toml` as a dict ({} if absent)."""
-    p = Path(run_dir) / "spec.toml"
+    p = Path(run_dir) / runformat.SPEC
     if not p.exists():
         return {}
     try:
@@ -118,18 +116,15 @@ def _retyped(df: pd.DataFrame, numeric) -> pd.DataFrame:
     return df
 
 
-QUEUE_NUMERIC = ("t", "port", "backlog_bytes", "backlog_pkts", "drops", "overlimits",
-                 "sent_bytes", "sent_pkts", "requeues")
-
-
-def _csv(path: Path, columns: list[str], numeric=("t",)) -> pd.DataFrame:
-    return read_csv_lines(path, columns, numeric)
+def read_run_csv(run_dir, csv_file: runformat.CsvFile) -> pd.DataFrame:
+    """One of the run's CSV files, by its declaration in the contract (`read_csv_lines`)."""
+    return read_csv_lines(Path(run_dir) / csv_file.name, csv_file.fields, csv_file.numeric)
 
 
 def load_queues(run_dir) -> pd.DataFrame:
     """`queues.csv`: one row per egress port per sample; counters cumulative (tc -s).
     A damaged line is skipped and counted (`read_csv_lines`, ``df.attrs``)."""
-    df = _csv(Path(run_dir) / "queues.csv", QUEUE_COLUMNS, QUEUE_NUMERIC)
+    df = read_run_csv(run_dir, runformat.QUEUES)
     if len(df) and "iface" not in df.columns:
         df["iface"] = df["switch"].astype(str) + "-eth" + df["port"].astype(str)
     if len(df):
@@ -139,14 +134,12 @@ def load_queues(run_dir) -> pd.DataFrame:
 
 def load_port_stats(run_dir) -> pd.DataFrame:
     """`port_stats.csv` from the controller (OpenFlow port counters, cumulative)."""
-    return _csv(Path(run_dir) / "port_stats.csv", PORT_STATS_COLUMNS,
-                ("t", "port", "tx_bytes", "rx_bytes", "tx_packets", "rx_packets"))
+    return read_run_csv(run_dir, runformat.PORT_STATS)
 
 
 def load_flow_paths(run_dir) -> pd.DataFrame:
     """`flow_paths.csv`: which spine the controller placed each flow on."""
-    return _csv(Path(run_dir) / "flow_paths.csv",
-                ["t", "src_ip", "dst_ip", "proto", "src_port", "dst_port", "spine", "policy"])
+    return read_run_csv(run_dir, runformat.FLOW_PATHS)
 
 
 def load_counters(run_dir) -> pd.DataFrame:
@@ -156,15 +149,15 @@ def load_counters(run_dir) -> pd.DataFrame:
     output: ``{"kernel": {"TcpRetransSegs": 12, ...}}``. A host with only one of the
     two files is listed with NaN delta.
     """
-    cdir = Path(run_dir) / "counters"
+    cdir = Path(run_dir) / runformat.COUNTERS_DIR
     rows = []
     if not cdir.is_dir():
         return pd.DataFrame(columns=["host", "counter", "before", "after", "delta"])
     hosts = sorted({p.name.split(".")[0] for p in cdir.glob("*.json")})
     for host in hosts:
         snap = {}
-        for phase in ("before", "after"):
-            p = cdir / f"{host}.{phase}.json"
+        for phase in runformat.COUNTER_PHASES:
+            p = cdir / runformat.counters_file(host, phase)
             if p.exists():
                 try:
                     data = json.loads(p.read_text() or "{}")
@@ -200,7 +193,7 @@ def load_workers(run_dir) -> pd.DataFrame:
     line, not the file). ``df.attrs['files']``: each file's lines, bad lines and first
     bad line.
     """
-    wdir = Path(run_dir) / "workers"
+    wdir = Path(run_dir) / runformat.WORKERS_DIR
     rows, bad, files = [], 0, {}
     if wdir.is_dir():
         for p in sorted(wdir.glob("*.jsonl")):
@@ -237,7 +230,7 @@ def load_fabric(run_dir) -> FabricMap | None:
     A damaged file, or one that is not format version 1, raises FabricError (a
     ValueError) naming the file and the field; nothing is guessed.
     """
-    p = Path(run_dir) / "fabric.json"
+    p = Path(run_dir) / runformat.FABRIC
     if not p.exists():
         return None
     return FabricMap.load(p)

@@ -14,7 +14,7 @@ from pathlib import Path
 from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 
-from incastlab.topologies import naming
+from incastlab.topologies import naming, runformat as rf
 from incastlab.topologies.fabricmap import FabricMap, Host, Link, Switch
 
 MSS = 1000
@@ -146,37 +146,36 @@ def make_run_dir(run_dir, *, status="complete", reason="", pcaps=None, queues=No
     import pandas as pd
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    manifest = {"format_version": 1, "status": status, "reason": reason,
+    manifest = {"format_version": rf.FORMAT_VERSION, "status": status, "reason": reason,
                 "start": t0 or 1_700_000_000.0, "end": (t0 or 1_700_000_000.0) + 1.0,
                 "kernel": "6.1.0-test", "datapath": "user", "netem": False,
                 "congestion_control": "cubic", "capture_drops": {}, "cpu": {}}
-    (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    (run_dir / "spec.toml").write_text(spec_text or 'name = "synthetic"\n[workload]\n'
+    (run_dir / rf.MANIFEST).write_text(json.dumps(manifest, indent=2))
+    (run_dir / rf.SPEC).write_text(spec_text or 'name = "synthetic"\n[workload]\n'
                                        'kind = "ps"\nmode = "sync"\nworkers = 2\n')
     if pcaps:
-        (run_dir / "pcap").mkdir(exist_ok=True)
+        (run_dir / rf.PCAP_DIR).mkdir(exist_ok=True)
         for iface, side in pcaps.items():
-            write_pcap(run_dir / "pcap" / f"{iface}.pcap", side, t0)
+            write_pcap(run_dir / rf.PCAP_DIR / f"{iface}.pcap", side, t0)
     if queues is not None:
-        pd.DataFrame(queues).to_csv(run_dir / "queues.csv", index=False)
+        pd.DataFrame(queues).to_csv(run_dir / rf.QUEUES.name, index=False)
     if port_stats is not None:
-        pd.DataFrame(port_stats).to_csv(run_dir / "port_stats.csv", index=False)
+        pd.DataFrame(port_stats).to_csv(run_dir / rf.PORT_STATS.name, index=False)
     if flow_paths is not None:
-        pd.DataFrame(flow_paths).to_csv(run_dir / "flow_paths.csv", index=False)
+        pd.DataFrame(flow_paths).to_csv(run_dir / rf.FLOW_PATHS.name, index=False)
     if counters:
-        (run_dir / "counters").mkdir(exist_ok=True)
-        for host, (before, after) in counters.items():
-            (run_dir / "counters" / f"{host}.before.json").write_text(
-                json.dumps({"kernel": before}))
-            (run_dir / "counters" / f"{host}.after.json").write_text(
-                json.dumps({"kernel": after}))
+        (run_dir / rf.COUNTERS_DIR).mkdir(exist_ok=True)
+        for host, snapshots in counters.items():
+            for phase, values in zip(rf.COUNTER_PHASES, snapshots, strict=True):
+                (run_dir / rf.COUNTERS_DIR / rf.counters_file(host, phase)).write_text(
+                    json.dumps({"kernel": values}))
     if workers:
-        (run_dir / "workers").mkdir(exist_ok=True)
+        (run_dir / rf.WORKERS_DIR).mkdir(exist_ok=True)
         for rank, events in workers.items():
-            (run_dir / "workers" / f"{rank}.jsonl").write_text(
+            (run_dir / rf.WORKERS_DIR / rf.worker_log(rank)).write_text(
                 "".join(json.dumps(e) + "\n" for e in events))
     if fabric is not None:
-        fabric.save(run_dir / "fabric.json")
+        fabric.save(run_dir / rf.FABRIC)
     return run_dir
 
 

@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from incastlab.topologies import runformat
+
 EXIT_RUNTIME_ERROR = 1
 
 
@@ -187,7 +189,7 @@ class JsonLog:
 
     def __init__(self, out_dir: str, rank: int) -> None:
         os.makedirs(out_dir, exist_ok=True)
-        self.path = os.path.join(out_dir, f"{rank}.jsonl")
+        self.path = os.path.join(out_dir, runformat.worker_log(rank))
         self._f = open(self.path, "w", encoding="utf-8")
         self._lock = threading.Lock()
 

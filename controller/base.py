@@ -31,7 +31,6 @@ starts real threads, so state shared with the poller is guarded by a lock.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -44,6 +43,7 @@ from os_ken.lib.packet import arp, ethernet, ether_types, ipv4, packet, tcp, udp
 from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5
 
 from incastlab.controller import paths, records
+from incastlab.topologies import runformat
 from incastlab.controller.registry import Settings
 
 PRIO_ARP = 100     # ARP to the controller, above everything
@@ -85,12 +85,10 @@ class FabricApp(app_manager.OSKenApp):
         self._reroutes = {}          # dpid -> [(xid of a reroute's barrier, its row)]
         self.load = records.PortLoad()
         out = self.settings.out_dir
-        self.port_log = records.CsvLog(os.path.join(out, "port_stats.csv"),
-                                       records.PORT_STATS_FIELDS)
-        self.path_log = records.CsvLog(os.path.join(out, "flow_paths.csv"),
-                                       records.FLOW_PATHS_FIELDS)
-        self.failover_log = records.CsvLog(os.path.join(out, records.FAILOVER_FILE),
-                                           records.FAILOVER_FIELDS)
+        self.port_log = records.CsvLog.in_run(out, runformat.PORT_STATS)
+        self.path_log = records.CsvLog.in_run(out, runformat.FLOW_PATHS)
+        # one row per change of a link's liveness (reroute below)
+        self.failover_log = records.CsvLog.in_run(out, runformat.FAILOVER)
 
     # ---- life cycle -------------------------------------------------------------
     def start(self):

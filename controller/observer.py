@@ -16,7 +16,6 @@ intersection of every app's versions).
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -28,6 +27,7 @@ from os_ken.lib import hub
 
 from incastlab.controller import records
 from incastlab.controller.registry import POLICIES, Settings
+from incastlab.topologies import runformat
 
 _SETTINGS: Settings | None = None
 
@@ -51,8 +51,7 @@ class FabricObserver(app_manager.OSKenApp):
         self.datapaths = {}            # dpid -> Datapath, switches of the map only
         self._ready_written = False
         self._lock = threading.Lock()  # the poller thread and the event thread
-        self.port_log = records.CsvLog(os.path.join(self.settings.out_dir, "port_stats.csv"),
-                                       records.PORT_STATS_FIELDS)
+        self.port_log = records.CsvLog.in_run(self.settings.out_dir, runformat.PORT_STATS)
 
     def start(self):
         thread = super().start()

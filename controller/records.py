@@ -11,18 +11,7 @@ import json
 import os
 import threading
 
-PORT_STATS_FIELDS = ["t", "switch", "port", "peer", "tx_bytes", "rx_bytes",
-                     "tx_packets", "rx_packets", "tx_dropped"]
-FLOW_PATHS_FIELDS = ["t", "src_ip", "dst_ip", "proto", "src_port", "dst_port",
-                     "spine", "policy"]
-READY_FILE = "controller_ready.json"
-# One row per change of a link's liveness (controller/base.py, FabricApp.reroute):
-# t_seen = arrival of the port-status (time.time()), t_installed = the last switch's
-# barrier reply after the new flows/groups, reaction_s their difference (seconds);
-# switches = switches updated, flows_moved = reactive placements forgotten.
-FAILOVER_FILE = "failover.csv"
-FAILOVER_FIELDS = ["t_seen", "switch", "port", "iface", "peer", "state", "policy",
-                   "switches", "flows_moved", "t_installed", "reaction_s"]
+from incastlab.topologies import runformat
 
 
 class CsvLog:
@@ -36,6 +25,11 @@ class CsvLog:
         self._writer = csv.DictWriter(self._file, fieldnames=fields)
         self._writer.writeheader()
         self._file.flush()
+
+    @classmethod
+    def in_run(cls, out_dir: str, csv_file: runformat.CsvFile) -> CsvLog:
+        """The run directory's ``csv_file`` (its name and columns from the contract)."""
+        return cls(os.path.join(out_dir, csv_file.name), csv_file.fields)
 
     def write(self, row: dict) -> None:
         with self._lock:
@@ -53,7 +47,7 @@ class CsvLog:
 def write_ready(out_dir: str, dpids: list[int], t: float) -> str:
     """Write ``controller_ready.json`` atomically (temp file + rename), so the
     runner polling for it never reads half a file. Returns its path."""
-    path = os.path.join(out_dir, READY_FILE)
+    path = os.path.join(out_dir, runformat.CONTROLLER_READY)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump({"switches": sorted(dpids), "t": t}, f)

@@ -8,9 +8,9 @@ incastlab.topologies.links): its backlog is the queue, its drops are the queue's
 The child is a pfifo (``topology.queue_packets``) or a bfifo (``topology.queue_bytes``);
 tc reports the backlog of either in bytes and in packets, and both are kept.
 
-Columns: t, switch, port, iface, backlog_bytes, backlog_pkts, drops, overlimits,
-sent_bytes, sent_pkts, requeues (counters cumulative, as tc reports them).
-The achieved sampling interval is written to ``<out>.meta.json`` at the end.
+Its columns are the run directory's ``queues.csv`` (incastlab.topologies.runformat.QUEUES;
+counters cumulative, as tc reports them). The achieved sampling interval is written to
+``<out>.meta.json`` at the end.
 """
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ import subprocess
 import sys
 import time
 
-COLUMNS = ["t", "switch", "port", "iface", "backlog_bytes", "backlog_pkts", "drops",
-           "overlimits", "sent_bytes", "sent_pkts", "requeues"]
+from incastlab.topologies.runformat import QUEUES
+
+COLUMNS = QUEUES.fields
 QUEUE_HANDLE = "10:"
 
 
