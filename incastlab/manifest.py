@@ -9,7 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
-FORMAT_VERSION = 1
+from incastlab.topologies.runformat import FORMAT_VERSION, MANIFEST
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -47,7 +48,7 @@ def versions() -> dict:
 
 class Manifest:
     def __init__(self, run_dir: Path, spec_dict: dict):
-        self.path = Path(run_dir) / "manifest.json"
+        self.path = Path(run_dir) / MANIFEST
         self.data = {"format_version": FORMAT_VERSION, "status": "running", "reason": None,
                      "start": time.time(), "end": None, "host": platform.node(),
                      "pid": os.getpid(), "spec": spec_dict, "versions": versions()}

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from incastlab.topologies.runformat import counters_file
+
 # -a: absolute values; -z: zeros too; -s: never touch nstat's history file (shared by
 # all namespaces, so it would mix hosts); --json: machine-readable.
 NSTAT = "nstat -a -z -s --json"
@@ -15,4 +17,4 @@ def snapshot(fabric, out_dir: Path, phase: str) -> None:
     for host in fabric.net.hosts:
         text = host.cmd(NSTAT)
         json.loads(text)  # refuse to record something that is not nstat's JSON
-        (out_dir / f"{host.name}.{phase}.json").write_text(text)
+        (out_dir / counters_file(host.name, phase)).write_text(text)
