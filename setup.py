@@ -23,7 +23,7 @@ setup(
     description="Packet-level emulation testbed for distributed deep-learning traffic",
     python_requires=">=3.11",  # tomllib; Debian 12 and Ubuntu 24.04 ship 3.11/3.12
     # every package, listed: incastlab's own subpackages and the four mapped folders
-    packages=["incastlab", "incastlab.capture", "incastlab.commands"]
+    packages=["incastlab", "incastlab.capture", "incastlab.commands", "incastlab.spec"]
     + [f"incastlab.{name}" for name in SUBPACKAGES],
     package_dir={"incastlab": "incastlab", **{f"incastlab.{n}": n for n in SUBPACKAGES}},
     include_package_data=True,
