@@ -5,7 +5,7 @@ call's argument dropped, ...) into a module and runs the unit tests that exercis
 a mutant the tests do not fail on "survived". Not part of CI: it takes minutes per
 module on 2 cores. Run it before and after changing one of these modules or its tests:
 
-    .venv/bin/python benchmarks/mutation_score.py                    # all four modules
+    .venv/bin/python benchmarks/mutation_score.py                    # every module listed
     .venv/bin/python benchmarks/mutation_score.py analysis/tcp.py    # one
     .venv/bin/python benchmarks/mutation_score.py --diffs            # survivors' diffs too
     .venv/bin/python benchmarks/mutation_score.py analysis/pcap.py --only '*ip_to_str*'
@@ -34,6 +34,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# the spec's newer tables are tested beside their features: [[events]], [[jobs]],
+# `incastlab check`, mtu and queue_bytes
+SPEC_TESTS = ["tests/test_spec.py", "tests/test_spec_mutants.py", "tests/test_placement.py",
+              "tests/test_check_command.py", "tests/test_events.py", "tests/test_hostevents.py",
+              "tests/test_multijob.py", "tests/test_queue_bytes.py", "tests/test_jumbo.py"]
 # module -> the unit-test files that exercise it (only these run against its mutants)
 MODULES: dict[str, list[str]] = {
     "analysis/tcp.py": ["tests/test_analysis_tcp.py", "tests/test_analysis_tcp_mutants.py"],
@@ -41,12 +46,11 @@ MODULES: dict[str, list[str]] = {
                               "tests/test_analysis_reconcile_mutants.py"],
     "analysis/pcap.py": ["tests/test_analysis_pcap.py", "tests/test_analysis_pcap_mutants.py",
                          "tests/test_pcap_mutants.py"],
-    # spec.py's newer tables are tested beside their features: [[events]], [[jobs]],
-    # `incastlab check`, mtu and queue_bytes
-    "incastlab/spec.py": ["tests/test_spec.py", "tests/test_spec_mutants.py",
-                          "tests/test_check_command.py", "tests/test_events.py",
-                          "tests/test_hostevents.py", "tests/test_multijob.py",
-                          "tests/test_queue_bytes.py", "tests/test_jumbo.py"],
+    # the spec package's modules and the placement it uses, each against the spec tests
+    **{module: SPEC_TESTS for module in (
+        "incastlab/spec/schema.py", "incastlab/spec/loading.py",
+        "incastlab/spec/validation.py", "incastlab/spec/sweeps.py",
+        "incastlab/spec/layout.py", "topologies/placement.py")},
 }
 # repository folders mapped into the incastlab namespace by setup.py
 MAPPED = ["analysis", "apps", "controller", "topologies"]

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from incastlab import jobs
+from incastlab.fields import did_you_mean, is_num
 from incastlab import spec as specmod
 from incastlab.spec import Placement, Spec, SpecError
 from incastlab.topologies import naming
@@ -114,20 +115,20 @@ def parse(raw_jobs, spec, capabilities) -> tuple[list[JobEntry], list[str]]:
                 errors.append(f"{where}.{key}: not supported in [[jobs]] yet; leave it out")
                 wl.pop(key)
             elif key not in wl_names:
-                hint = specmod._did_you_mean(key, [*wl_names, *OWN_KEYS], f"{where}.{{}}")
+                hint = did_you_mean(key, [*wl_names, *OWN_KEYS], f"{where}.{{}}")
                 errors.append(f"{where}.{key}: unknown field{hint}; a [[jobs]] table has the "
                               f"[workload] fields and {', '.join(OWN_KEYS)}")
                 wl.pop(key)
         if "kind" not in wl:
             errors.append(f"{where}.kind: missing; each job names its kind "
-                          f"({', '.join(specmod.jobs.JOBS)})")
+                          f"({', '.join(jobs.JOBS)})")
             continue
         placement = own.get("placement", "packed")
         if placement not in PLACEMENTS:
             errors.append(f"{where}.placement: {placement!r} is not one of "
                           f"{', '.join(map(repr, PLACEMENTS))}")
         offset = own.get("start_offset_s", 0.0)
-        if not (specmod._is_num(offset) and 0 <= offset <= MAX_OFFSET_S):
+        if not (is_num(offset) and 0 <= offset <= MAX_OFFSET_S):
             errors.append(f"{where}.start_offset_s: {offset!r} is not a number from 0 to "
                           f"{MAX_OFFSET_S:g} (s)")
             offset = 0.0
@@ -140,7 +141,7 @@ def parse(raw_jobs, spec, capabilities) -> tuple[list[JobEntry], list[str]]:
         view.jobs = []
         view.events = []
         view.workload = specmod.TABLES["workload"](**wl)
-        found = specmod._problems(view, capabilities)
+        found = specmod.problems(view, capabilities)
         swept = [k for k in view.swept() if k.startswith("workload.")]
         found += [f"{k}: {getattr(view.workload, k.split('.')[1])!r} is a list; [[jobs]] "
                   "fields cannot be swept" for k in swept]
@@ -148,7 +149,7 @@ def parse(raw_jobs, spec, capabilities) -> tuple[list[JobEntry], list[str]]:
         errors += job_errors
         valid = not job_errors and placement in PLACEMENTS
         if valid:
-            view = specmod._normalized(view)
+            view = specmod.normalized(view)
         entries.append(JobEntry(view.workload, placement, float(offset), launch,
                                 valid=valid, raw=table))
     if entries and not any(e.launch for e in entries):
@@ -227,7 +228,7 @@ def place(entries, shape: tuple[int, int]):
 
 def placements(spec) -> list:
     """Each job's placement on the spec's fabric (the spec is valid)."""
-    placed, errors = place(spec.jobs, specmod._shape(spec))
+    placed, errors = place(spec.jobs, specmod.leaf_shape(spec))
     if errors:
         raise SpecError(errors, spec.source)
     return placed

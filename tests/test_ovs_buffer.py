@@ -13,7 +13,8 @@ import pytest
 from incastlab import ovs_buffer
 from incastlab.fabric import Fabric
 from incastlab.preflight import Capabilities, PreflightError
-from incastlab.spec import SpecError, _points, load_spec, loads_spec
+from incastlab.spec import SpecError, load_spec, loads_spec
+from incastlab.spec import sweep_points as _points
 from incastlab.topologies.leafspine import LeafSpineTopo, StarTopo
 
 ROOT = Path(__file__).resolve().parent.parent

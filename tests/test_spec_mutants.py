@@ -17,14 +17,14 @@ from incastlab.jobs.base import Job, Roles, Straggler
 from incastlab.spec import (
     TABLES,
     SpecError,
-    _label_value,
-    _topology_error,
     expand_sweep,
     load_spec,
     loads_spec,
     main,
     schema_rows,
 )
+from incastlab.spec import label_value as _label_value
+from incastlab.spec import topology_error as _topology_error
 from incastlab.topologies import naming
 
 
