@@ -46,16 +46,20 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from incastlab.cgroups import (MAX_PERIOD_US, MIN_QUOTA_US, MIN_SHARE, CpuHierarchy,
-                               cgroup_of, find_cpu_hierarchy, group_pids, release,
-                               remove_cgroup, throttle, throttle_plan)
+from incastlab.cgroups import (CGROUP_PARENT, MAX_PERIOD_US, MIN_PERIOD_US, MIN_QUOTA_US,
+                               MIN_SHARE, PROC, CpuHierarchy, ThrottlePlan, cgroup_dir,
+                               cgroup_of, find_cpu_hierarchy, group_pids, mount_of,
+                               period_for, release, remove_cgroup, throttle, throttle_plan)
 from incastlab.fields import did_you_mean, is_int, is_num
 
-__all__ = ["FIELDS", "MOUNTS", "CpuHierarchy", "apply_kill", "apply_pause", "apply_resume",
-           "apply_throttle", "cgroup_of", "exit_verdict", "find_cpu_hierarchy", "group_pids",
-           "lost_beyond_tolerance", "register", "remove_cgroup", "throttle", "throttle_plan",
-           "undo_pause", "undo_throttle", "validate_pause", "validate_ps_kill",
-           "validate_throttle", "validate_worker"]
+# the cgroups' names as well (incastlab.cgroups): this module's public face before the split
+__all__ = ["CGROUP_PARENT", "FIELDS", "MAX_PERIOD_US", "MIN_PERIOD_US", "MIN_QUOTA_US",
+           "MIN_SHARE", "MOUNTS", "PROC", "CpuHierarchy", "ThrottlePlan", "apply_kill",
+           "apply_pause", "apply_resume", "apply_throttle", "cgroup_dir", "cgroup_of",
+           "exit_verdict", "find_cpu_hierarchy", "group_pids", "lost_beyond_tolerance",
+           "mount_of", "period_for", "register", "release", "remove_cgroup", "throttle",
+           "throttle_plan", "undo_pause", "undo_throttle", "validate_pause",
+           "validate_ps_kill", "validate_throttle", "validate_worker"]
 
 MOUNTS = Path("/proc/self/mounts")
 
