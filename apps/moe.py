@@ -160,11 +160,9 @@ def _a2a(out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits:
     return time.time() - t0
 
 
-def run(args: argparse.Namespace, log: common.JsonLog) -> None:
-    e_n, d, rank = args.world_size, args.hidden, args.rank
-    trained = args.routing == "learned"
-    cap = capacity(args.tokens, e_n, args.top_k, args.capacity_factor)
-    log.write("start", role="expert", rank=rank, world_size=e_n, mode="moe",
+def _log_start(args: argparse.Namespace, log: common.JsonLog, cap: int) -> None:
+    e_n, d, trained = args.world_size, args.hidden, args.routing == "learned"
+    log.write("start", role="expert", rank=args.rank, world_size=e_n, mode="moe",
               param_count=d * d, gradient_bytes=None, t=time.time(),
               **common.host_info(args.iface), tokens=args.tokens, hidden=d,
               token_bytes=d * BYTES_PER_VALUE, top_k=args.top_k, zipf_alpha=args.zipf_alpha,
@@ -172,6 +170,58 @@ def run(args: argparse.Namespace, log: common.JsonLog) -> None:
               alltoall=args.alltoall,
               router_bytes=d * e_n * BYTES_PER_VALUE if trained else 0,
               options=common.options(args))
+
+
+def _learned_backward(args: argparse.Namespace, x, target, probs, choice, plan: dict,
+                      back: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """Learned routing: this rank's loss backward through the returned rows (and the
+    router); the rows' gradients and the step's losses."""
+    rows = back.clone().requires_grad_()
+    mse, balance = learned.rank_loss(x, target, probs, choice, plan["sent"],
+                                     list(torch.split(rows, plan["sent_counts"])),
+                                     args.balance_coef)
+    (mse + balance).backward()
+    return rows.grad, {"loss": float(mse.detach()), "balance_loss": float(balance.detach())}
+
+
+def _update_router(args: argparse.Namespace, step: int, router: torch.Tensor,
+                   mine: torch.Tensor, in_rows: torch.Tensor, g_in: torch.Tensor) -> float:
+    """Learned routing: the router's gradient all-reduced (the loss is the mean over
+    ranks), then SGD on the router and on this rank's expert, in place; the all-reduce's
+    seconds."""
+    e_n = args.world_size
+    tr = time.time()
+    grad_router = router.grad
+    common.wait(dist.all_reduce(grad_router, async_op=True), args.timeout,
+                f"step {step}: router gradient all-reduce")
+    t_router = time.time() - tr
+    with torch.no_grad():
+        router -= args.lr * grad_router / e_n
+        mine -= args.lr * (in_rows.T @ g_in) / e_n
+    router.grad = None
+    return t_router
+
+
+def _mismatched(x: torch.Tensor, back: torch.Tensor, plan: dict, weights: dict,
+                order: list, d: int) -> int:
+    """Zipf routing: the returned rows that are not their expert's output for the token."""
+    e_n = len(weights)
+    expect = torch.cat([x[plan["sent"][e]] @ weights[e] for e in range(e_n)
+                        if plan["sent"][e]]) if order else torch.empty((0, d))
+    return int((~torch.isclose(back, expect, rtol=1e-5, atol=1e-5).all(dim=1))
+               .sum()) if order else 0
+
+
+def _remote_bytes(counts: list[int], rank: int, d: int) -> int:
+    """Bytes of the tokens counted per expert that travel to (or from) other ranks."""
+    return sum(c for e, c in enumerate(counts) if e != rank) * d * BYTES_PER_VALUE
+
+
+def run(args: argparse.Namespace, log: common.JsonLog) -> None:
+    e_n, d, rank = args.world_size, args.hidden, args.rank
+    trained = args.routing == "learned"
+    cap = capacity(args.tokens, e_n, args.top_k, args.capacity_factor)
+    _log_start(args, log, cap)
     t0 = time.time()
     common.init_gloo(args)
     log.write("ready", t=time.time(), init_s=time.time() - t0, bytes_recv=0)
@@ -212,13 +262,7 @@ def run(args: argparse.Namespace, log: common.JsonLog) -> None:
                          args.timeout, f"step {step}: combine all-to-all", *how)
         losses = {}
         if trained:  # the gradient of this rank's loss by each returned row and the router
-            rows = back.clone().requires_grad_()
-            mse, balance = learned.rank_loss(x, target, probs, choice, plan["sent"],
-                                             list(torch.split(rows, plan["sent_counts"])),
-                                             args.balance_coef)
-            (mse + balance).backward()
-            grad_rows = rows.grad
-            losses = {"loss": float(mse.detach()), "balance_loss": float(balance.detach())}
+            grad_rows, losses = _learned_backward(args, x, target, probs, choice, plan, back)
         else:
             grad_rows = back
         # backward: output gradients to the experts, input gradients back (same sizes)
@@ -230,25 +274,13 @@ def run(args: argparse.Namespace, log: common.JsonLog) -> None:
                       rows_in, args.timeout, f"step {step}: backward combine all-to-all", *how)
         t_router = 0.0
         if trained:  # the loss is the mean over ranks: mean the router's gradients
-            tr = time.time()
-            grad_router = router.grad
-            common.wait(dist.all_reduce(grad_router, async_op=True), args.timeout,
-                        f"step {step}: router gradient all-reduce")
-            t_router = time.time() - tr
-            with torch.no_grad():
-                router -= args.lr * grad_router / e_n
-                mine -= args.lr * (in_rows.T @ g_in) / e_n
-            router.grad = None
+            t_router = _update_router(args, step, router, mine, in_rows, g_in)
         t_end = time.time()
         mismatched = None
         if not trained:  # every row that came back is its expert's output for the token
-            expect = torch.cat([x[plan["sent"][e]] @ weights[e] for e in range(e_n)
-                                if plan["sent"][e]]) if order else torch.empty((0, d))
-            mismatched = int((~torch.isclose(back, expect, rtol=1e-5, atol=1e-5).all(dim=1))
-                             .sum()) if order else 0
-        payload_out = sum(c for e, c in enumerate(plan["sent_counts"]) if e != rank) \
-            * d * BYTES_PER_VALUE
-        payload_in = sum(c for e, c in enumerate(recv) if e != rank) * d * BYTES_PER_VALUE
+            mismatched = _mismatched(x, back, plan, weights, order, d)
+        payload_out = _remote_bytes(plan["sent_counts"], rank, d)
+        payload_in = _remote_bytes(recv, rank, d)
         comm = t_counts + t_dispatch + t_combine + t_bwd1 + t_bwd2 + t_router
         log.write("iteration", iteration=step, t_start=t_start, t_end=t_end,
                   compute_s=compute_s, comm_s=comm, wait_s=None,

@@ -209,6 +209,24 @@ def _emulate(t0: float, target_s: float) -> None:
         time.sleep(rest)
 
 
+def _post_receives(st: Stage, rows: list[int], m: int) -> tuple[dict, dict]:
+    """Every receive of one step of `m` micro-batches (`rows` each) posted, in
+    micro-batch order, an activation's before a gradient's: micro-batch -> (work,
+    buffer) of the activations from the stage before (tag mb) and of the gradients from
+    the stage after (tag m + mb)."""
+    s = st.s
+    acts: dict[int, tuple[Any, torch.Tensor]] = {}
+    grads: dict[int, tuple[Any, torch.Tensor]] = {}
+    for mb in range(m):
+        if not st.first:
+            buf = st.message(rows[mb], st.in_width)
+            acts[mb] = (dist.irecv(buf, src=s - 1, tag=mb), buf)
+        if not st.last:
+            buf = st.message(rows[mb], st.out_width)
+            grads[mb] = (dist.irecv(buf, src=s + 1, tag=m + mb), buf)
+    return acts, grads
+
+
 def run_step(st: Stage, args: argparse.Namespace, it: int, log: common.JsonLog,
              factor: float) -> dict[str, Any]:
     """One training step of stage `st`: the schedule's F and B, then SGD."""
@@ -219,15 +237,7 @@ def run_step(st: Stage, args: argparse.Namespace, it: int, log: common.JsonLog,
     total = sum(rows)
     st.module.zero_grad(set_to_none=False)
     # post every receive of the step now (see the module docstring)
-    acts: dict[int, tuple[Any, torch.Tensor]] = {}
-    grads: dict[int, tuple[Any, torch.Tensor]] = {}
-    for mb in range(m):
-        if not st.first:
-            buf = st.message(rows[mb], st.in_width)
-            acts[mb] = (dist.irecv(buf, src=s - 1, tag=mb), buf)
-        if not st.last:
-            buf = st.message(rows[mb], st.out_width)
-            grads[mb] = (dist.irecv(buf, src=s + 1, tag=m + mb), buf)
+    acts, grads = _post_receives(st, rows, m)
     sends: list[tuple[Any, str]] = []
     held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     busy = 0.0

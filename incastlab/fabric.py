@@ -29,6 +29,8 @@ from mininet.node import RemoteController, Switch
 from incastlab.clean import clean, clean_state
 from incastlab.controller.registry import (DEFAULT_EXTERNAL, POLICIES, OptionError,
                                            parse_controller)
+from incastlab.fabric_watch import (STORM_PPS_FLOOR, FabricError, StormWatch, ovsdb_rows,
+                                    storm_limit_pps, uuids)
 from incastlab.lock import RunLock
 from incastlab.preflight import Capabilities, PreflightError, run_preflight
 from incastlab.state import RunState
@@ -42,9 +44,9 @@ LOCALHOST = "127.0.0.1"  # our controller listens here only
 EXTERNAL_CHECK_S = 2.0   # policy external: seconds between checks that switches stay connected
 ALLOWED_CC = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 
-
-class FabricError(RuntimeError):
-    """Bring-up failed; the message says which step and why."""
+__all__ = ["ALLOWED_CC", "DEFAULT_CONTROLLER_PORT", "EXTERNAL_CHECK_S", "LOCALHOST",
+           "STORM_PPS_FLOOR", "Fabric", "FabricError", "QuietRemoteController", "StormWatch",
+           "Terminated", "external_controller", "storm_limit_pps"]
 
 
 class Terminated(KeyboardInterrupt):
@@ -335,12 +337,12 @@ class Fabric:
         'tcp:127.0.0.1:6653', when given) is not up, from OVSDB (Controller.is_connected,
         which ovs-vswitchd refreshes every few seconds), sorted by name."""
         names = set(self.topo.switches())
-        bridges = _ovsdb_rows("Bridge", "name,controller")
+        bridges = ovsdb_rows("Bridge", "name,controller")
         controllers = {row["_uuid"]: row.get("is_connected") is True
-                       for row in _ovsdb_rows("Controller", "_uuid,is_connected,target")
+                       for row in ovsdb_rows("Controller", "_uuid,is_connected,target")
                        if target is None or row.get("target") == target}
         up = {row["name"] for row in bridges
-              if any(controllers.get(uuid) for uuid in _uuids(row.get("controller")))}
+              if any(controllers.get(uuid) for uuid in uuids(row.get("controller")))}
         return sorted(names - up)
 
     def _storm_watch(self) -> StormWatch | None:
@@ -400,71 +402,6 @@ class Fabric:
         return proc
 
 
-STORM_PPS_FLOOR = 300.0
-
-
-def storm_limit_pps(hosts: int) -> float:
-    """Packets per second on the switch-to-switch links (all of them together) above
-    which a fabric whose hosts only ping is taken to be looping broadcasts.
-
-    What readiness sends: one ping per ordered host pair and round, 2 packets each,
-    each crossing at most 2 switch-to-switch links (leaf->spine, spine->leaf), ARP at
-    most as much again: 8·H·(H−1) packets a round, and a round that does not end the
-    wait lasts >= 1 s (ping's deadline). The limit is twice that, and never below
-    STORM_PPS_FLOOR. Measured here with a learning switch on 2 spines x 2 leaves x 2
-    hosts: 26 packets/s for a working 3-ping exchange on one spine, 2,500-4,000
-    packets/s of storm on two (each looping packet crosses a link per controller round
-    trip, about a millisecond)."""
-    return max(STORM_PPS_FLOOR, 16.0 * hosts * (hosts - 1))
-
-
-class StormWatch:
-    """Watches the switch-to-switch links of a fabric with loops for flooding.
-
-    ``check`` compares the links' transmit counters (/sys/class/net: the kernel's veth
-    counters count what either OVS datapath sends) with the previous call's;
-    ``check_quiet`` measures one more second with the hosts idle. Either raises
-    FabricError when the rate is above ``limit_pps`` (storm_limit_pps)."""
-
-    def __init__(self, ifaces: list[str], spines: int, limit_pps: float = STORM_PPS_FLOOR):
-        self.ifaces = ifaces
-        self.spines = spines
-        self.limit_pps = limit_pps
-        self.peak_pps = 0.0
-        self._last = self._sample()
-
-    def _sample(self) -> tuple[float, int]:
-        total = 0
-        for iface in self.ifaces:
-            try:
-                total += int(Path(f"/sys/class/net/{iface}/statistics/tx_packets").read_text())
-            except (OSError, ValueError):
-                pass  # an interface going away is teardown's business, not a storm
-        return time.monotonic(), total
-
-    def check(self) -> float:
-        """Packets/s since the last call; FabricError above the limit."""
-        (t0, n0), (t1, n1) = self._last, self._sample()
-        self._last = (t1, n1)
-        rate = (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
-        self.peak_pps = max(self.peak_pps, rate)
-        if rate > self.limit_pps:
-            raise FabricError(self.advice(f"{rate:.0f} packets/s circulate on the "
-                                          "switch-to-switch links") + "; stopped")
-        return rate
-
-    def check_quiet(self, window_s: float = 1.0) -> float:
-        self._last = self._sample()
-        time.sleep(window_s)
-        return self.check()
-
-    def advice(self, what: str) -> str:
-        return (f"{what} on a fabric with loops ({self.spines} spines): a flooding "
-                "controller (a learning switch) sends broadcasts around the loops forever "
-                "here. Flooding apps suit a star or a leaf-spine with one spine; on this "
-                "fabric the app must install routes (see the README, 'Coming from Ryu')")
-
-
 def external_controller(policy: str, policy_args: list[str]) -> tuple[str, int] | None:
     """(host, port) of the user's controller for policy external (``--controller`` in
     ``policy_args``, default registry.DEFAULT_EXTERNAL); None for every other policy."""
@@ -479,34 +416,6 @@ def external_controller(policy: str, policy_args: list[str]) -> tuple[str, int] 
         return parse_controller(text)
     except OptionError as exc:
         raise FabricError(str(exc)) from None
-
-
-def _ovsdb_rows(table: str, columns: str) -> list[dict]:
-    """Rows of an OVSDB table as {column: value} (ovs-vsctl's JSON, values decoded)."""
-    out = subprocess.run(["ovs-vsctl", "--format=json", f"--columns={columns}", "list", table],
-                         capture_output=True, text=True, timeout=10, check=True).stdout
-    data = json.loads(out)
-    return [{name: _ovs_value(value) for name, value in zip(data["headings"], row,
-                                                             strict=True)}
-            for row in data["data"]]
-
-
-def _ovs_value(value):
-    # OVSDB JSON: ["uuid", "..."], ["set", [...]], ["map", [...]] or a plain atom
-    if isinstance(value, list) and len(value) == 2 and value[0] in ("uuid", "set", "map"):
-        kind, inner = value
-        if kind == "uuid":
-            return inner
-        if kind == "set":
-            return [_ovs_value(v) for v in inner]
-        return {_ovs_value(k): _ovs_value(v) for k, v in inner}
-    return value
-
-
-def _uuids(value) -> list[str]:
-    if value is None:
-        return []
-    return value if isinstance(value, list) else [value]
 
 
 def _end_group(proc: subprocess.Popen, grace_s: float = 3.0) -> None:

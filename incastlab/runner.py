@@ -138,16 +138,7 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
                  if caps else None)
     with fab:
         fmap = FabricMap.load(run_dir / "fabric.json")
-        manifest.update(datapath=fab.capabilities.datapath, netem=fab.capabilities.netem,
-                        ovs=fab.capabilities.ovs_version, notices=fab.capabilities.notices,
-                        **host_tcp(spec))
-        if fab.capabilities.datapath == "user":  # what bounded all switch queues together
-            have, source = ovs_buffer.send_buffer()
-            manifest.update(ovs_send_buffer={"bytes": have, "source": source,
-                                             "needed": ovs_buffer.topology_required_bytes(topo)},
-                            ovs_receive_buffer=ovs_buffer.receive_buffer())
-        progress.phase(f"fabric ready: {len(fab.net.switches)} switches, "
-                       f"{len(fab.net.hosts)} hosts, policy {spec.routing.policy}")
+        _record_fabric(spec, fab, topo, manifest, progress)
         if spec.workload.rto_min_ms is not None:
             _set_rto_min(fab, spec.workload.rto_min_ms)
         counters.snapshot(fab, run_dir / "counters", "before")
@@ -194,23 +185,47 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
                 finally:
                     manifest.update(cpu=cpu.summary())
         finally:
-            if scheduler is not None:
-                # before the processes stop: a paused one must be resumed to end
-                scheduler.stop()
-                scheduler.restore()
-            _stop_all(procs)
-            stats = {c.iface: c.stop() for c in captures}
-            if captures:
-                manifest.update(capture_drops=stats, capture_lossy=sorted(
-                    i for i, s in stats.items() if s.get("dropped_by_kernel")))
-            if sampler is not None:
-                _stop_all([sampler])
-                meta = run_dir / "queues.csv.meta.json"
-                if meta.exists():
-                    manifest.update(queue_sampler=json.loads(meta.read_text()))
-            if fab.net is not None:
-                counters.snapshot(fab, run_dir / "counters", "after")
+            _stop_workload(fab, run_dir, manifest, scheduler, procs, captures, sampler)
         progress.phase("tearing down")
+
+
+def _record_fabric(spec: Spec, fab: Fabric, topo, manifest: Manifest,
+                   progress: Progress) -> None:
+    """The fabric that came up, into the manifest: datapath, netem, OVS, notices, the
+    hosts' TCP and, on the userspace datapath, OVS's socket buffers."""
+    manifest.update(datapath=fab.capabilities.datapath, netem=fab.capabilities.netem,
+                    ovs=fab.capabilities.ovs_version, notices=fab.capabilities.notices,
+                    **host_tcp(spec))
+    if fab.capabilities.datapath == "user":  # what bounded all switch queues together
+        have, source = ovs_buffer.send_buffer()
+        manifest.update(ovs_send_buffer={"bytes": have, "source": source,
+                                         "needed": ovs_buffer.topology_required_bytes(topo)},
+                        ovs_receive_buffer=ovs_buffer.receive_buffer())
+    progress.phase(f"fabric ready: {len(fab.net.switches)} switches, "
+                   f"{len(fab.net.hosts)} hosts, policy {spec.routing.policy}")
+
+
+def _stop_workload(fab: Fabric, run_dir: Path, manifest: Manifest, scheduler, procs: list,
+                   captures: list, sampler) -> None:
+    """The run's teardown inside the fabric, on every path out: events undone, the
+    workload's processes, the captures and the queue sampler stopped (their stats into
+    the manifest), and the counters after the run."""
+    if scheduler is not None:
+        # before the processes stop: a paused one must be resumed to end
+        scheduler.stop()
+        scheduler.restore()
+    _stop_all(procs)
+    stats = {c.iface: c.stop() for c in captures}
+    if captures:
+        manifest.update(capture_drops=stats, capture_lossy=sorted(
+            i for i, s in stats.items() if s.get("dropped_by_kernel")))
+    if sampler is not None:
+        _stop_all([sampler])
+        meta = run_dir / "queues.csv.meta.json"
+        if meta.exists():
+            manifest.update(queue_sampler=json.loads(meta.read_text()))
+    if fab.net is not None:
+        counters.snapshot(fab, run_dir / "counters", "after")
 
 
 def _set_rto_min(fab: Fabric, rto_min_ms: float) -> None:

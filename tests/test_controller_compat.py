@@ -464,7 +464,7 @@ def test_external_controller_from_policy_args():
 
 
 def test_ovsdb_values_decoded():
-    from incastlab.fabric import _ovs_value
+    from incastlab.fabric_watch import ovs_value as _ovs_value
     assert _ovs_value(["uuid", "ab-cd"]) == "ab-cd"
     assert _ovs_value(["set", []]) == []
     assert _ovs_value(["set", [["uuid", "a"], ["uuid", "b"]]]) == ["a", "b"]

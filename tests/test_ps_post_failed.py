@@ -11,7 +11,8 @@ import types
 import pytest
 import torch
 
-from incastlab.apps import common, ps
+from incastlab.apps import common
+from incastlab.apps import ps_server as ps
 
 
 def _server(mode: str = "sync") -> ps.Server:

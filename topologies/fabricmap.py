@@ -31,108 +31,34 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 
+try:
+    from incastlab.topologies.fabricparts import (DEFAULT_MTU, ETHERNET_HEADER, HOST_DOWNLINK,
+                                                  HOST_UPLINK, MTU_RANGE, ROLES,
+                                                  SPINE_DOWNLINK, TCP_IP_OVERHEAD, UPLINK,
+                                                  Egress, FabricError, Host, Link, Switch,
+                                                  Uplink, check_keys, egress_kind,
+                                                  frame_bytes, json_value, mss_bytes)
+except ImportError:  # a file beside topologies/leafspine.py, loaded by stock `mn --custom`
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    _spec = importlib.util.spec_from_file_location(
+        "_incastlab_fabricparts", Path(__file__).with_name("fabricparts.py"))
+    sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)  # as leafspine's
+    _spec.loader.exec_module(sys.modules[_spec.name])
+    from _incastlab_fabricparts import (DEFAULT_MTU, ETHERNET_HEADER, HOST_DOWNLINK,
+                                        HOST_UPLINK, MTU_RANGE, ROLES, SPINE_DOWNLINK,
+                                        TCP_IP_OVERHEAD, UPLINK, Egress, FabricError, Host,
+                                        Link, Switch, Uplink, check_keys, egress_kind,
+                                        frame_bytes, json_value, mss_bytes)
+
+__all__ = ["DEFAULT_MTU", "ETHERNET_HEADER", "FORMAT_VERSION", "HOST_DOWNLINK", "HOST_UPLINK",
+           "MTU_RANGE", "OPTIONAL", "OPTIONAL_ITEM", "ROLES", "SPINE_DOWNLINK",
+           "TCP_IP_OVERHEAD", "UPLINK", "V1_KEYS", "Egress", "FabricError", "FabricMap", "Host",
+           "Link", "Switch", "Uplink", "frame_bytes", "mss_bytes"]
+
 FORMAT_VERSION = 1
-ROLES = ("spine", "leaf")
-DEFAULT_MTU = 1500
-# The MTUs an emulated link may have (bytes): 1280 (IPv6's minimum, far above what TCP
-# with timestamps needs) to 9000, the jumbo frames of training fabrics. Checked here:
-# veth takes 68..65535; OVS's netdev ports take mtu_request 9000 and carry 9,014-byte
-# frames (tests/test_jumbo_root.py); the userspace datapath sizes its receive buffers
-# from the port's MTU, and nothing above 9000 was carried end to end, so nothing above
-# is offered.
-MTU_RANGE = (1280, 9000)
-ETHERNET_HEADER = 14  # bytes in front of the IP packet (no FCS: captures do not hold it)
-TCP_IP_OVERHEAD = 52  # IPv4 20 + TCP 20 + the timestamp option 12
-
-
-def frame_bytes(mtu: int = DEFAULT_MTU) -> int:
-    """Bytes of a full-size Ethernet frame at ``mtu`` as captured (no FCS): mtu + 14,
-    1514 at MTU 1500, 9014 at 9000."""
-    return mtu + ETHERNET_HEADER
-
-
-def mss_bytes(mtu: int = DEFAULT_MTU) -> int:
-    """TCP payload of a full-size segment with timestamps at ``mtu``: mtu - 52, 1448 at
-    MTU 1500, 8948 at 9000 (the MSS the hosts' TCP uses)."""
-    return mtu - TCP_IP_OVERHEAD
-# What an egress interface faces (Egress.kind); the analysis shows these strings.
-HOST_DOWNLINK = "host-downlink"    # leaf -> host
-UPLINK = "uplink"                  # leaf -> spine
-SPINE_DOWNLINK = "spine-downlink"  # spine -> leaf
-HOST_UPLINK = "host-uplink"        # host -> leaf (the host's own interface)
-
-
-class FabricError(ValueError):
-    """fabric.json is missing, malformed or inconsistent; the message names the field."""
-
-
-@dataclass(frozen=True)
-class Switch:
-    name: str
-    role: str   # "spine" or "leaf"
-    index: int  # j of spine sp{j}, i of leaf lf{i} (1-based)
-    dpid: int
-
-
-@dataclass(frozen=True)
-class Host:
-    name: str
-    leaf: int       # index of its leaf
-    index: int      # k: its position on that leaf (1-based)
-    ip: str         # without prefix length
-    mac: str
-    leaf_port: int  # the leaf's port facing this host
-    intf: str       # the host's own interface, e.g. h1-eth0
-
-
-@dataclass(frozen=True)
-class Link:
-    """One cable. Each end egresses through its own interface; ``queue_packets`` is the
-    pfifo limit of the switch-side egress queues, or None when ``queue_bytes`` (a bfifo
-    limit in bytes) is given instead (hosts queue more deeply, see topologies/links.py
-    HOST_QUEUE_PACKETS)."""
-    node1: str
-    port1: int
-    node2: str
-    port2: int
-    intf1: str
-    intf2: str
-    bw_mbps: float
-    queue_packets: int | None
-    queue_bytes: int | None = None
-
-
-@dataclass(frozen=True)
-class Egress:
-    """One egress interface: packets leave ``node`` through ``port`` (``iface``) towards
-    ``peer``. Derived from a Link, never stored."""
-    iface: str
-    node: str
-    port: int
-    peer: str
-    peer_port: int
-    kind: str        # HOST_DOWNLINK, UPLINK, SPINE_DOWNLINK or HOST_UPLINK
-    bw_mbps: float   # the link's rate, Mbit/s
-    queue_packets: int | None  # pfifo limit of a switch egress queue (packets); None at a host
-    queue_bytes: int | None = None  # bfifo limit instead (bytes); None at a host
-
-    @property
-    def queue_unit(self) -> str | None:
-        """'bytes' or 'packets': the unit this queue's limit was configured in (None at a
-        host)."""
-        if self.queue_bytes is not None:
-            return "bytes"
-        return "packets" if self.queue_packets is not None else None
-
-
-@dataclass(frozen=True)
-class Uplink:
-    """The link between leaf ``leaf`` and spine ``spine`` (indices) with its two ports."""
-    leaf: int
-    spine: int
-    leaf_port: int
-    spine_port: int
-    bw_mbps: float
 
 
 @dataclass(frozen=True)
@@ -345,21 +271,12 @@ class _Index:
     """Look-up tables of one FabricMap, built (and the map checked) once."""
 
     def __init__(self, m: FabricMap):
-        for field, low in (("spines", 0), ("leaves", 1), ("hosts_per_leaf", 1),
-                           ("queue_packets", 1), ("queue_bytes", 1)):
-            value = getattr(m, field)
-            if value is not None and value < low:
-                raise FabricError(f"{field} must be >= {low}, got {value}")
-        if not MTU_RANGE[0] <= m.mtu <= MTU_RANGE[1]:
-            raise FabricError(f"mtu must be from {MTU_RANGE[0]} to {MTU_RANGE[1]} bytes, "
-                              f"got {m.mtu}")
-        if (m.queue_packets is None) == (m.queue_bytes is None):
-            raise FabricError("queue_packets, queue_bytes: exactly one must be set, got "
-                              f"{m.queue_packets!r} and {m.queue_bytes!r}")
-        for field in ("host_bw_mbps", "fabric_bw_mbps"):
-            rate = getattr(m, field)
-            if rate is not None and not rate > 0:
-                raise FabricError(f"{field} must be a positive rate in Mbit/s, got {rate!r}")
+        _check_parameters(m)
+        self._index_switches(m)
+        self._index_hosts(m)
+        self._index_links(m)
+
+    def _index_switches(self, m: FabricMap) -> None:
         self.spine, self.leaf, self.by_dpid, self.switch_by_name = {}, {}, {}, {}
         for n, s in enumerate(m.switches):
             where = f"switches[{n}]"
@@ -382,6 +299,7 @@ class _Index:
         if m.spines and m.fabric_bw_mbps is None:
             raise FabricError("fabric_bw_mbps: a fabric with spines needs its rate")
 
+    def _index_hosts(self, m: FabricMap) -> None:
         self.host_by_name, self.host_by_ip = {}, {}
         for n, h in enumerate(m.hosts):
             where = f"hosts[{n}]"
@@ -398,68 +316,21 @@ class _Index:
                 raise FabricError(f"hosts: {lf.name} has {count} hosts but hosts_per_leaf "
                                   f"is {m.hosts_per_leaf}")
 
+    def _index_links(self, m: FabricMap) -> None:
         self.egress, self.by_pair, self.uplinks, self.ports_of = {}, {}, {}, {}
         host_link = {}
         used = set()
         for n, lk in enumerate(m.links):
             where = f"links[{n}]"
-            for end in ("1", "2"):
-                node, port = getattr(lk, "node" + end), getattr(lk, "port" + end)
-                if node not in self.switch_by_name and node not in self.host_by_name:
-                    raise FabricError(f"{where}.node{end} {node!r} is not a switch or host "
-                                      "of this fabric")
-                if (node, port) in used:
-                    raise FabricError(f"{where}.port{end}: port {port} of {node} is wired twice")
-                used.add((node, port))
-                if getattr(lk, "intf" + end) in self.egress:
-                    raise FabricError(f"{where}.intf{end}: interface "
-                                      f"{getattr(lk, 'intf' + end)} is wired twice")
-            if lk.bw_mbps <= 0:
-                raise FabricError(f"{where}.bw_mbps must be positive, got {lk.bw_mbps!r}")
-            for name in ("queue_packets", "queue_bytes"):
-                value = getattr(lk, name)
-                if value is not None and value < 1:
-                    raise FabricError(f"{where}.{name} must be >= 1, got {value}")
-            if (lk.queue_packets is None) == (lk.queue_bytes is None):
-                raise FabricError(f"{where}: exactly one of queue_packets and queue_bytes "
-                                  f"must be set, got {lk.queue_packets!r} and "
-                                  f"{lk.queue_bytes!r}")
+            self._check_link(lk, where, used)
             s1, s2 = self.switch_by_name.get(lk.node1), self.switch_by_name.get(lk.node2)
             if not s1 and not s2:
                 raise FabricError(f"{where}: links two hosts ({lk.node1}, {lk.node2})")
             if s1 and s2:
-                if {s1.role, s2.role} != {"leaf", "spine"}:
-                    raise FabricError(f"{where}: only leaf-spine switch links are supported")
-                leaf, spine, lp, sp = (s1, s2, lk.port1, lk.port2) if s1.role == "leaf" \
-                    else (s2, s1, lk.port2, lk.port1)
-                if (leaf.index, spine.index) in self.uplinks:
-                    raise FabricError("links: every leaf must have exactly one link to every "
-                                      f"spine ({where} links {leaf.name} to {spine.name} again)")
-                self.uplinks[(leaf.index, spine.index)] = Uplink(
-                    leaf.index, spine.index, lp, sp, lk.bw_mbps)
+                self._add_uplink(lk, s1, s2, where)
             else:
-                host = self.host_by_name[lk.node2 if s1 else lk.node1]
-                sw, sw_port = (s1, lk.port1) if s1 else (s2, lk.port2)
-                if host.name in host_link:
-                    raise FabricError(f"{where}: {host.name} has a second link")
-                if sw.role != "leaf" or sw.index != host.leaf or sw_port != host.leaf_port:
-                    raise FabricError(f"{where}: {host.name} must link to port "
-                                      f"{host.leaf_port} of leaf {host.leaf} (hosts[].leaf, "
-                                      f"leaf_port), not to port {sw_port} of {sw.name}")
-                host_intf = lk.intf2 if s1 else lk.intf1
-                if host_intf != host.intf:
-                    raise FabricError(f"{where}: {host.name}'s interface is {host_intf}, but "
-                                      f"hosts[].intf says {host.intf}")
-                host_link[host.name] = n
-            for a, pa, ia, b, pb in ((lk.node1, lk.port1, lk.intf1, lk.node2, lk.port2),
-                                     (lk.node2, lk.port2, lk.intf2, lk.node1, lk.port1)):
-                kind = _kind(self.switch_by_name.get(a), self.switch_by_name.get(b))
-                host = kind == HOST_UPLINK
-                self.egress[ia] = Egress(ia, a, pa, b, pb, kind, lk.bw_mbps,
-                                         None if host else lk.queue_packets,
-                                         None if host else lk.queue_bytes)
-                self.ports_of.setdefault(a, {})[pa] = self.egress[ia]
-                self.by_pair.setdefault((a, b), ia)
+                host_link[self._host_of_link(lk, s1, s2, where, host_link)] = n
+            self._add_egresses(lk)
         wanted = {(i, j) for i in self.leaf for j in self.spine}
         if set(self.uplinks) != wanted:
             raise FabricError("links: every leaf must have exactly one link to every spine")
@@ -467,13 +338,89 @@ class _Index:
         if lonely:
             raise FabricError(f"links: host {lonely[0]} has no link")
 
+    def _check_link(self, lk: Link, where: str, used: set) -> None:
+        """Both ends name a node of the fabric on a port and interface not wired yet;
+        a positive rate; exactly one queue limit, each at least 1."""
+        for end in ("1", "2"):
+            node, port = getattr(lk, "node" + end), getattr(lk, "port" + end)
+            if node not in self.switch_by_name and node not in self.host_by_name:
+                raise FabricError(f"{where}.node{end} {node!r} is not a switch or host "
+                                  "of this fabric")
+            if (node, port) in used:
+                raise FabricError(f"{where}.port{end}: port {port} of {node} is wired twice")
+            used.add((node, port))
+            if getattr(lk, "intf" + end) in self.egress:
+                raise FabricError(f"{where}.intf{end}: interface "
+                                  f"{getattr(lk, 'intf' + end)} is wired twice")
+        if lk.bw_mbps <= 0:
+            raise FabricError(f"{where}.bw_mbps must be positive, got {lk.bw_mbps!r}")
+        for name in ("queue_packets", "queue_bytes"):
+            value = getattr(lk, name)
+            if value is not None and value < 1:
+                raise FabricError(f"{where}.{name} must be >= 1, got {value}")
+        if (lk.queue_packets is None) == (lk.queue_bytes is None):
+            raise FabricError(f"{where}: exactly one of queue_packets and queue_bytes "
+                              f"must be set, got {lk.queue_packets!r} and "
+                              f"{lk.queue_bytes!r}")
 
-def _kind(node: Switch | None, peer: Switch | None) -> str:
-    if node is None:
-        return HOST_UPLINK
-    if node.role == "spine":
-        return SPINE_DOWNLINK
-    return UPLINK if peer is not None else HOST_DOWNLINK
+    def _add_uplink(self, lk: Link, s1: Switch, s2: Switch, where: str) -> None:
+        if {s1.role, s2.role} != {"leaf", "spine"}:
+            raise FabricError(f"{where}: only leaf-spine switch links are supported")
+        leaf, spine, lp, sp = (s1, s2, lk.port1, lk.port2) if s1.role == "leaf" \
+            else (s2, s1, lk.port2, lk.port1)
+        if (leaf.index, spine.index) in self.uplinks:
+            raise FabricError("links: every leaf must have exactly one link to every "
+                              f"spine ({where} links {leaf.name} to {spine.name} again)")
+        self.uplinks[(leaf.index, spine.index)] = Uplink(
+            leaf.index, spine.index, lp, sp, lk.bw_mbps)
+
+    def _host_of_link(self, lk: Link, s1: Switch | None, s2: Switch | None, where: str,
+                      host_link: dict) -> str:
+        """The host a host-leaf link wires, checked against its hosts[] entry."""
+        host = self.host_by_name[lk.node2 if s1 else lk.node1]
+        sw, sw_port = (s1, lk.port1) if s1 else (s2, lk.port2)
+        if host.name in host_link:
+            raise FabricError(f"{where}: {host.name} has a second link")
+        if sw.role != "leaf" or sw.index != host.leaf or sw_port != host.leaf_port:
+            raise FabricError(f"{where}: {host.name} must link to port "
+                              f"{host.leaf_port} of leaf {host.leaf} (hosts[].leaf, "
+                              f"leaf_port), not to port {sw_port} of {sw.name}")
+        host_intf = lk.intf2 if s1 else lk.intf1
+        if host_intf != host.intf:
+            raise FabricError(f"{where}: {host.name}'s interface is {host_intf}, but "
+                              f"hosts[].intf says {host.intf}")
+        return host.name
+
+    def _add_egresses(self, lk: Link) -> None:
+        for a, pa, ia, b, pb in ((lk.node1, lk.port1, lk.intf1, lk.node2, lk.port2),
+                                 (lk.node2, lk.port2, lk.intf2, lk.node1, lk.port1)):
+            kind = egress_kind(self.switch_by_name.get(a), self.switch_by_name.get(b))
+            host = kind == HOST_UPLINK
+            self.egress[ia] = Egress(ia, a, pa, b, pb, kind, lk.bw_mbps,
+                                     None if host else lk.queue_packets,
+                                     None if host else lk.queue_bytes)
+            self.ports_of.setdefault(a, {})[pa] = self.egress[ia]
+            self.by_pair.setdefault((a, b), ia)
+
+
+def _check_parameters(m: FabricMap) -> None:
+    """The map's own parameters: counts and queue limits in range, an MTU offered,
+    exactly one queue limit, positive rates."""
+    for field, low in (("spines", 0), ("leaves", 1), ("hosts_per_leaf", 1),
+                       ("queue_packets", 1), ("queue_bytes", 1)):
+        value = getattr(m, field)
+        if value is not None and value < low:
+            raise FabricError(f"{field} must be >= {low}, got {value}")
+    if not MTU_RANGE[0] <= m.mtu <= MTU_RANGE[1]:
+        raise FabricError(f"mtu must be from {MTU_RANGE[0]} to {MTU_RANGE[1]} bytes, "
+                          f"got {m.mtu}")
+    if (m.queue_packets is None) == (m.queue_bytes is None):
+        raise FabricError("queue_packets, queue_bytes: exactly one must be set, got "
+                          f"{m.queue_packets!r} and {m.queue_bytes!r}")
+    for field in ("host_bw_mbps", "fabric_bw_mbps"):
+        rate = getattr(m, field)
+        if rate is not None and not rate > 0:
+            raise FabricError(f"{field} must be a positive rate in Mbit/s, got {rate!r}")
 
 
 # ---- parsing ------------------------------------------------------------------------
@@ -506,9 +453,9 @@ def _parse(data) -> FabricMap:
         raise FabricError("format_version is missing and the keys are not those of a "
                           f"version-{FORMAT_VERSION} file (missing: {', '.join(missing) or '-'}"
                           f"; unknown: {', '.join(unknown) or '-'})")
-    _check_keys(data, (*V1_KEYS, *OPTIONAL), "fabric", optional=("format_version", *OPTIONAL))
-    top = {k: _value(data[k], t, k) for k, t in _TOP_TYPES.items()}
-    top.update({k: _value(data[k], t, k) for k, t in OPTIONAL.items() if k in data})
+    check_keys(data, (*V1_KEYS, *OPTIONAL), "fabric", optional=("format_version", *OPTIONAL))
+    top = {k: json_value(data[k], t, k) for k, t in _TOP_TYPES.items()}
+    top.update({k: json_value(data[k], t, k) for k, t in OPTIONAL.items() if k in data})
     for key, cls in _ITEMS.items():
         items = data[key]
         if not isinstance(items, list):
@@ -520,36 +467,8 @@ def _parse(data) -> FabricMap:
             where = f"{key}[{n}]"
             if not isinstance(item, dict):
                 raise FabricError(f"{where} must be an object, got {item!r}")
-            _check_keys(item, tuple(types), where, optional=optional)
-            parsed.append(cls(**{k: _value(item[k], t, f"{where}.{k}")
+            check_keys(item, tuple(types), where, optional=optional)
+            parsed.append(cls(**{k: json_value(item[k], t, f"{where}.{k}")
                                  for k, t in types.items() if k in item}))
         top[key] = tuple(parsed)
     return FabricMap(**top)
-
-
-def _check_keys(d: dict, allowed: tuple, where: str, optional: tuple = ()) -> None:
-    unknown = [k for k in d if k not in allowed]
-    if unknown:
-        raise FabricError(f"{where}: unknown field {unknown[0]!r} (fields: "
-                          f"{', '.join(allowed)})")
-    for k in allowed:
-        if k not in d and k not in optional:
-            raise FabricError(f"{where}: missing field {k!r}")
-
-
-def _value(value, kind, where: str):
-    """``value`` checked against ``kind`` (int, float, str, or (type, None) for a nullable
-    one); numbers for float fields become floats so a map equals its round trip."""
-    if isinstance(kind, tuple):
-        if value is None:
-            return None
-        kind = kind[0]
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise FabricError(f"{where} must be an integer, got {value!r}")
-    if kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise FabricError(f"{where} must be a number, got {value!r}")
-        return float(value)
-    if kind is str and not isinstance(value, str):
-        raise FabricError(f"{where} must be a string, got {value!r}")
-    return value
