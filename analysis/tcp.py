@@ -173,8 +173,7 @@ def flow_state(fwd: pd.DataFrame, rev: pd.DataFrame):
     return base, data, rel, ln, acks, ack_rel
 
 
-# the former private names, which latency.py and flowroles.py still call
-_flow_packets, _flow_state = flow_packets, flow_state
+_flow_packets, _flow_state = flow_packets, flow_state  # old names: latency.py, flowroles.py
 
 
 def retransmissions(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
@@ -382,8 +381,7 @@ def _flow_losses(tcp: pd.DataFrame, f) -> pd.DataFrame | None:
 
 
 def _seen_at(tcp, key, via, base, lost, use_id) -> list[str]:
-    """For each lost copy, the intermediate capture points (`via`) that did see it, comma-
-    separated in path order (it was dropped after them)."""
+    """Per lost copy: the `via` captures that saw it, in path order (dropped after them)."""
     keys = _LOSS_KEYS
     seen_at = [""] * len(lost)
     for v in via:
