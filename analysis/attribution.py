@@ -184,18 +184,12 @@ def attribute(iterations: pd.DataFrame, bound_s, rto_intervals: pd.DataFrame | N
     """
     it = iterations.reset_index(drop=True)
     n = len(it)
-    bound = np.asarray(bound_s, dtype=float)
-    bound = np.full(n, float(bound)) if bound.ndim == 0 else bound.reshape(-1)
-    if len(bound) != n:
-        raise ValueError(f"bound_s: expected one value or {n}, got {len(bound)}")
+    bound = _per_row(bound_s, n, "bound_s")
     t0 = pd.to_numeric(it["t_start"], errors="coerce").to_numpy(dtype=float)
     t1 = pd.to_numeric(it["t_end"], errors="coerce").to_numpy(dtype=float)
     dur = t1 - t0
     compute = np.clip(_col(it, "compute_s"), 0.0, np.maximum(dur, 0.0))
-    sched = np.asarray(schedule_s, dtype=float)
-    sched = np.full(n, float(sched)) if sched.ndim == 0 else sched.reshape(-1)
-    if len(sched) != n:
-        raise ValueError(f"schedule_s: expected one value or {n}, got {len(sched)}")
+    sched = _per_row(schedule_s, n, "schedule_s")
     wait_logged = np.clip(_col(it, "wait_s"), 0.0, None)
     host_ips = host_ips or {}
     extra = {host_ips[h] for h in depends_on if h in host_ips}
@@ -203,35 +197,8 @@ def attribute(iterations: pd.DataFrame, bound_s, rto_intervals: pd.DataFrame | N
         columns=INTERVAL_COLUMNS)
     rec = recovery_intervals if recovery_intervals is not None else pd.DataFrame(
         columns=INTERVAL_COLUMNS)
-    both = pd.concat([rto, rec], ignore_index=True) if len(rec) else rto
-    cache: dict = {}
-
-    def merged(ips: frozenset):
-        """(RTO union, RTO ∪ recovery union) of the flows touching `ips`, built once."""
-        if ips not in cache:
-            def union(df):
-                if df.empty:
-                    return np.empty(0), np.empty(0)
-                m = df["src_ip"].isin(ips) | df["dst_ip"].isin(ips)
-                return _merge(df.loc[m, "start"].to_numpy(dtype=float),
-                              df.loc[m, "end"].to_numpy(dtype=float))
-            cache[ips] = (union(rto), union(both))
-        return cache[ips]
-
-    hosts = it["host"] if "host" in it else pd.Series([None] * n)
-    r_ov = np.zeros(n)
-    q_ov = np.zeros(n)
-    known = np.zeros(n, dtype=bool)
-    for i, h in enumerate(hosts):
-        ip = host_ips.get(h) if isinstance(h, str) else None
-        known[i] = ip is not None
-        if ip is None or not np.isfinite(dur[i]):
-            continue
-        m_rto, m_all = merged(frozenset({ip} | extra))
-        a, b = t0[i] + compute[i], t1[i]
-        r_ov[i] = _overlap(m_rto, a, b)
-        q_ov[i] = max(_overlap(m_all, a, b) - r_ov[i], 0.0)
-
+    r_ov, q_ov, known = _network_overlaps(it, t0 + compute, t1, dur, rto, rec, host_ips,
+                                          extra)
     excess = dur - compute - bound
     below = excess < 0
     left = np.maximum(excess, 0.0)
@@ -261,6 +228,52 @@ def attribute(iterations: pd.DataFrame, bound_s, rto_intervals: pd.DataFrame | N
     out["host_ip_known"] = known
     return out
 
+
+def _per_row(values, n: int, name: str) -> np.ndarray:
+    """One float per row from one number or one per row (array or Series); a ValueError
+    naming `name` for any other length."""
+    arr = np.asarray(values, dtype=float)
+    arr = np.full(n, float(arr)) if arr.ndim == 0 else arr.reshape(-1)
+    if len(arr) != n:
+        raise ValueError(f"{name}: expected one value or {n}, got {len(arr)}")
+    return arr
+
+
+def _network_overlaps(it: pd.DataFrame, a: np.ndarray, b: np.ndarray, dur: np.ndarray,
+                      rto: pd.DataFrame, rec: pd.DataFrame, host_ips: dict,
+                      extra: set) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: seconds of its communication window [a, b] under an RTO silence, under
+    a recovery episode and no RTO silence, of the flows touching its host's IP or
+    `extra`; and whether its host has an IP (no IP or no finite duration: 0 s)."""
+    n = len(it)
+    both = pd.concat([rto, rec], ignore_index=True) if len(rec) else rto
+    cache: dict = {}
+
+    def merged(ips: frozenset):
+        """(RTO union, RTO ∪ recovery union) of the flows touching `ips`, built once."""
+        if ips not in cache:
+            def union(df):
+                if df.empty:
+                    return np.empty(0), np.empty(0)
+                m = df["src_ip"].isin(ips) | df["dst_ip"].isin(ips)
+                return _merge(df.loc[m, "start"].to_numpy(dtype=float),
+                              df.loc[m, "end"].to_numpy(dtype=float))
+            cache[ips] = (union(rto), union(both))
+        return cache[ips]
+
+    hosts = it["host"] if "host" in it else pd.Series([None] * n)
+    r_ov = np.zeros(n)
+    q_ov = np.zeros(n)
+    known = np.zeros(n, dtype=bool)
+    for i, h in enumerate(hosts):
+        ip = host_ips.get(h) if isinstance(h, str) else None
+        known[i] = ip is not None
+        if ip is None or not np.isfinite(dur[i]):
+            continue
+        m_rto, m_all = merged(frozenset({ip} | extra))
+        r_ov[i] = _overlap(m_rto, a[i], b[i])
+        q_ov[i] = max(_overlap(m_all, a[i], b[i]) - r_ov[i], 0.0)
+    return r_ov, q_ov, known
 
 def _residue(seconds: float) -> float:
     """A difference of sums, rounded to the nanosecond: what the parts leave when they add

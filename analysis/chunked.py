@@ -208,41 +208,43 @@ def analyse_tcp(store: CaptureStore, *, rto_threshold_s: float = tcp.DEFAULT_RTO
     parts = []
     for c, (lo, hi) in enumerate(ranges):
         df = store.frame(lo, hi)
-        flows = tcp.data_flows(df)
-        retrans, eps = tcp.retransmissions(df, flows, rto_threshold_s=rto_threshold_s)
-        spurious = tcp.spurious_retransmissions(df, retrans, flows[at_host(flows)])
-        retrans = retrans.assign(spurious=spurious.to_numpy() if len(retrans) else [])
-        parts.append({
-            "flows": flows, "reused": tcp.reused_tuples(df, keys=True),
-            "retrans": retrans.assign(_c=c), "eps": eps.assign(_c=c),
-            "lost": tcp.losses(df, flows), "fsum": tcp.flow_summary(df, flows, retrans),
-            "tput": tcp.throughput_series(df, flows, t_range=store.data_range),
-            "bytes": ep.window_flow_bytes(df, windows)})
-        for name, (fn, _) in (extra or {}).items():
-            try:
-                parts[-1][name] = fn(df, flows, parts[-1]["fsum"])
-            except Exception as exc:  # noqa: BLE001 - one reducer's bug costs its table only
-                parts[-1][name] = exc
+        parts.append(_chunk_tables(df, c, store, at_host, windows, rto_threshold_s, extra))
         del df
         release_freed_memory()
+    return _merge_parts(parts, store, windows, extra)
+
+
+def _chunk_tables(df, c, store, at_host, windows, rto_threshold_s, extra) -> dict:
+    """tcp.py's tables of one chunk `df` (chunk number `c`), and each `extra` reducer's
+    (or the exception it raised)."""
+    flows = tcp.data_flows(df)
+    retrans, eps = tcp.retransmissions(df, flows, rto_threshold_s=rto_threshold_s)
+    spurious = tcp.spurious_retransmissions(df, retrans, flows[at_host(flows)])
+    retrans = retrans.assign(spurious=spurious.to_numpy() if len(retrans) else [])
+    part = {
+        "flows": flows, "reused": tcp.reused_tuples(df, keys=True),
+        "retrans": retrans.assign(_c=c), "eps": eps.assign(_c=c),
+        "lost": tcp.losses(df, flows), "fsum": tcp.flow_summary(df, flows, retrans),
+        "tput": tcp.throughput_series(df, flows, t_range=store.data_range),
+        "bytes": ep.window_flow_bytes(df, windows)}
+    for name, (fn, _) in (extra or {}).items():
+        try:
+            part[name] = fn(df, flows, part["fsum"])
+        except Exception as exc:  # noqa: BLE001 - one reducer's bug costs its table only
+            part[name] = exc
+    return part
+
+
+def _merge_parts(parts: list[dict], store: CaptureStore, windows: list,
+                 extra: dict | None) -> TcpTables:
+    """The chunks' tables merged in the order the all-in-memory analysis gives."""
     flows = _cat([p["flows"] for p in parts])
     if len(parts) > 1:
         flows = flows.sort_values(tcp.FLOW_KEY, kind="stable").reset_index(drop=True)
     rank = {f: i for i, f in enumerate(flows["flow"])} if len(flows) else {}
 
     def by_flow(name, col="flow", then=None):
-        """The parts of one table in one frame, by flow rank (after `then`), stable; the
-        parts are let go as they are merged (the merged copy is the only one left)."""
-        frames = [p[name] for p in parts]
-        for p in parts:
-            p[name] = None
-        df = _cat(frames)
-        del frames
-        if len(df) == 0 or len(parts) == 1:
-            return df
-        r = df[col].map(rank).to_numpy()
-        order = np.lexsort((r,) if then is None else (r, df[then].to_numpy()))  # stable
-        return df.take(order).reset_index(drop=True)
+        return _by_flow(parts, rank, name, col, then)
 
     reused = _cat([p["reused"] for p in parts])
     if len(reused) and len(parts) > 1:
@@ -272,6 +274,22 @@ def analyse_tcp(store: CaptureStore, *, rto_threshold_s: float = tcp.DEFAULT_RTO
                      losses=by_flow("lost", then="t"), flow_summary=by_flow("fsum"),
                      throughput=tput, flow_bytes=flow_bytes, chunks=len(parts),
                      extra=out_extra)
+
+
+def _by_flow(parts: list[dict], rank: dict, name: str, col: str = "flow",
+             then: str | None = None) -> pd.DataFrame:
+    """The parts of one table in one frame, by flow rank (after `then`), stable; the
+    parts are let go as they are merged (the merged copy is the only one left)."""
+    frames = [p[name] for p in parts]
+    for p in parts:
+        p[name] = None
+    df = _cat(frames)
+    del frames
+    if len(df) == 0 or len(parts) == 1:
+        return df
+    r = df[col].map(rank).to_numpy()
+    order = np.lexsort((r,) if then is None else (r, df[then].to_numpy()))  # stable
+    return df.take(order).reset_index(drop=True)
 
 
 def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:

@@ -1,13 +1,11 @@
 """Compare runs: group by what differs between their spec.toml files, then each group's
 headline metrics over its repetitions.
 
-With three or more runs in a group a metric gets its mean and 95 % confidence interval
-(Student t); with fewer, each run's value is shown as it is (two points say nothing
-about an interval: t(0.975, 1) = 12.7 turns any spread into a bar across the axis).
-Intervals of quantities that cannot be negative (counts, rates, fractions) stop at 0.
-Every run is listed with a link to its report; the same run given twice is refused.
-A "can these be compared?" box flags what differs between groups besides the spec:
-routing balance, CPU saturation, capture drops, code version and machine.
+A group's statistics (mean and 95 % CI from three runs, each run's value below that,
+intervals of non-negative quantities stopped at 0) are groupstats.py's; the "can these
+be compared?" box (routing balance, CPU saturation, capture drops, code version and
+machine) is confounds.py's. Every run is listed with a link to its report; the same run
+given twice is refused.
 
 Keys that differ between repetitions of the same point by construction or are only
 limits (`run.seed`, `run.name`, `run.out_dir`, `run.repetitions`, `run.description`,
@@ -18,57 +16,29 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from . import accuracy, interactive, metrics, plots
 from . import interactive_compare as ic
 from . import multijob as mj
+from .confounds import BALANCE_RATIO, Confound, confounds, confounds_html
+from .groupstats import MIN_N_FOR_CI, cell_text, group_stats, mean_ci, t975
 from .render import CSS, _img
 from .report import _jsonable, analyse
+
+__all__ = ["BALANCE_RATIO", "IGNORED_KEYS", "MIN_N_FOR_CI", "NONNEG_UNITS",
+           "PREFERRED_AXES", "Confound", "DuplicateRunError", "cell_text", "check_distinct",
+           "compare_runs", "confounds", "confounds_html", "differing_keys", "fabrics_html",
+           "flatten", "group_label", "group_stats", "headline_table", "mean_ci", "runs_html",
+           "sweep_axis", "t975"]
 
 # bookkeeping and limits, not experiment factors
 IGNORED_KEYS = {"run.seed", "run.name", "run.out_dir", "run.repetitions", "run.description",
                 "run.duration_limit_s", "run.phase_timeout_s"}
 
-
-# two-sided 95 % Student t quantiles, used when scipy is not installed
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-         9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042,
-         40: 2.021, 60: 2.000, 120: 1.980}
-
-
-def t975(df: int) -> float:
-    """0.975 quantile of Student's t with `df` degrees of freedom."""
-    try:
-        from scipy.stats import t
-        return float(t.ppf(0.975, df))
-    except ImportError:
-        keys = sorted(_T975)
-        for k in keys:
-            if df <= k:
-                return _T975[k]
-        return 1.96
-
-
-def mean_ci(values) -> dict:
-    """n, mean, sd and the 95 % CI half-width (t-distribution; NaN when n < 2)."""
-    v = np.asarray([x for x in values if x is not None and not
-                    (isinstance(x, float) and math.isnan(x))], dtype=float)
-    n = len(v)
-    if n == 0:
-        return {"n": 0, "mean": np.nan, "sd": np.nan, "ci95": np.nan}
-    sd = float(v.std(ddof=1)) if n > 1 else np.nan
-    return {"n": n, "mean": float(v.mean()), "sd": sd,
-            "ci95": t975(n - 1) * sd / math.sqrt(n) if n > 1 else np.nan}
-
-
-MIN_N_FOR_CI = 3  # fewer runs in a group: show each run's value, no interval
 # units of quantities that cannot be negative: their intervals stop at 0
 NONNEG_UNITS = set(metrics.COUNT_UNITS) | {"Mbit/s", "fraction", "bytes", "versions", "ms"}
 
@@ -76,50 +46,6 @@ NONNEG_UNITS = set(metrics.COUNT_UNITS) | {"Mbit/s", "fraction", "bytes", "versi
 class DuplicateRunError(ValueError):
     """The same run was given twice (it would count as two repetitions)."""
 
-
-def _finite(values) -> list[float]:
-    out = []
-    for x in values:
-        if x is None or isinstance(x, bool):
-            continue
-        try:
-            f = float(x)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(f):
-            out.append(f)
-    return out
-
-
-def group_stats(values, nonneg: bool = False) -> dict:
-    """One group's numbers for one metric: n, mean, sd, ci95 (half-width of the 95 %
-    t-interval; NaN when n < MIN_N_FOR_CI), lo and hi (the interval's ends, lo clipped at
-    0 when `nonneg`; NaN when n < MIN_N_FOR_CI) and `values` (each run's value, in order).
-    """
-    vals = _finite(values)
-    s = mean_ci(vals)
-    if s["n"] < MIN_N_FOR_CI:
-        return {**s, "ci95": np.nan, "lo": np.nan, "hi": np.nan, "values": vals}
-    lo, hi = s["mean"] - s["ci95"], s["mean"] + s["ci95"]
-    return {**s, "lo": max(0.0, lo) if nonneg else lo, "hi": hi, "values": vals}
-
-
-def cell_text(stats: dict, fmt=None) -> str:
-    """A group's value for a table cell: 'mean ± ci' (n >= 3), 'mean [lo, hi]' when the
-    interval was clipped at 0, each run's value when n < 3 ('3, 5'), 'n/a' when none.
-    A CI that is rounding noise of equal values (1e-16) shows as 0."""
-    fmt = fmt or (lambda v: f"{v:.4g}")
-    n = stats.get("n", 0)
-    if not n:
-        return "n/a"
-    if n < MIN_N_FOR_CI or not math.isfinite(stats.get("ci95", np.nan)):
-        return ", ".join(fmt(v) for v in stats.get("values") or [stats["mean"]])
-    mean, ci, lo = stats["mean"], stats["ci95"], stats["lo"]
-    if ci <= 1e-9 * max(1.0, abs(mean)):
-        return f"{fmt(mean)} ± 0"
-    if lo > mean - ci + 1e-12 * max(1.0, abs(mean)):  # clipped at 0
-        return f"{fmt(mean)} [{fmt(lo)}, {fmt(stats['hi'])}]"
-    return f"{fmt(mean)} ± {ci:.2g}"
 
 
 def check_distinct(run_dirs) -> None:
@@ -205,144 +131,6 @@ def sweep_axis(runs: list[dict], keys: list[str]) -> str | None:
         if len(numeric_values(k)) >= 3:
             return k
     return None
-
-
-# ---- can these be compared? ---------------------------------------------------------
-
-BALANCE_RATIO = 1.2  # spine max/mean medians further apart than this: routing differed
-
-
-@dataclass(frozen=True)
-class Confound:
-    """One check of the "can these be compared?" box. `differs`: True when the runs
-    differ in it (a confound), False when they agree, None when it was not recorded."""
-    check: str
-    differs: bool | None
-    text: str
-
-
-def _by_group(runs, value) -> dict[str, list]:
-    out: dict[str, list] = {}
-    for r in runs:
-        out.setdefault(r["group"], []).append(value(r))
-    return out
-
-
-def _manifest(r) -> dict:
-    m = r.get("manifest")
-    return m if isinstance(m, dict) else {}
-
-
-def _versions(r) -> dict:
-    v = _manifest(r).get("versions")
-    return v if isinstance(v, dict) else {}
-
-
-def _balance_check(runs) -> Confound:
-    groups = {g: _finite(v) for g, v in _by_group(
-        runs, lambda r: (r.get("headline") or {}).get("spine_max_mean")).items()}
-    measured = {g: v for g, v in groups.items() if v}
-    if not measured:
-        return Confound("routing balance", None, "no run measured its spine balance "
-                        "(spine_max_mean: no fabric.json or no leaf-spine links)")
-    detail = "; ".join(f"{g}: " + ", ".join(f"{x:.2f}" for x in v)
-                       for g, v in measured.items())
-    medians = {g: float(np.median(v)) for g, v in measured.items()}
-    between = max(medians.values()) / max(min(medians.values()), 1e-9)
-    within = [g for g, v in measured.items() if max(v) / max(min(v), 1e-9) > BALANCE_RATIO]
-    notes = []
-    if len(measured) > 1 and between > BALANCE_RATIO:
-        notes.append(f"the groups' medians differ by a factor {between:.2f}: the routing put "
-                     "their flows on the spines differently, so the comparison also compares "
-                     "balanced with unbalanced routing")
-    if within:
-        notes.append(f"runs within {', '.join(within)} differ by more than "
-                     f"{BALANCE_RATIO:g}x: the spread there is partly routing luck")
-    return Confound("routing balance", bool(notes),
-                    f"spine max/mean bytes (1.0 = even; 2 = all on one spine) per run: "
-                    f"{detail}" + (". " + "; ".join(notes) + "." if notes else
-                                   f". Within a factor {BALANCE_RATIO:g}."))
-
-
-def _count_check(name, runs, per_run, what) -> Confound:
-    """A yes/no per run (None: not recorded): flagged when any run says yes."""
-    groups = _by_group(runs, per_run)
-    known = {g: [x for x in v if x is not None] for g, v in groups.items()}
-    if not any(known.values()):
-        return Confound(name, None, f"not recorded in the manifests ({what})")
-    parts = [f"{g}: {sum(map(bool, v))} of {len(v)} runs" for g, v in known.items()]
-    hit = any(any(v) for v in known.values())
-    return Confound(name, hit, f"{what}: " + "; ".join(parts) + "."
-                    + (" Those runs' numbers are not trustworthy." if hit else ""))
-
-
-def _cpu_saturated(r):
-    cpu = _manifest(r).get("cpu")
-    return bool(cpu.get("saturated")) if isinstance(cpu, dict) and "saturated" in cpu \
-        else None
-
-
-def _capture_dropped(r):
-    man = _manifest(r)
-    drops = man.get("capture_drops")
-    if man.get("capture_lossy"):
-        return True
-    if not isinstance(drops, dict):
-        return False if "capture_lossy" in man else None
-    return any(isinstance(d, dict) and any((d.get(k) or 0) > 0 for k in
-                                           ("dropped_by_kernel", "dropped_by_interface"))
-               for d in drops.values())
-
-
-def _same_check(name, runs, per_run, what) -> Confound:
-    """Flagged when the runs do not all share one value (None: not recorded)."""
-    groups = _by_group(runs, per_run)
-    values = {v for vs in groups.values() for v in vs if v is not None}
-    if not values:
-        return Confound(name, None, f"not recorded in the manifests ({what})")
-    if len(values) == 1:
-        return Confound(name, False, f"every run: {next(iter(values))}")
-    return Confound(name, True, f"{what} differ: " + "; ".join(
-        f"{g}: " + ", ".join(sorted({str(v) for v in vs})) for g, vs in groups.items()))
-
-
-def confounds(runs: list[dict]) -> list[Confound]:
-    """The "can these be compared?" checks over runs (dicts with 'group', 'headline' from
-    metrics.json and 'manifest'): routing balance (headline spine_max_mean), CPU
-    saturation (manifest cpu.saturated), capture drops (capture_lossy / capture_drops),
-    code version (versions.incastlab and versions.git) and machine (host, kernel, cores,
-    datapath, Open vSwitch)."""
-    return [
-        _balance_check(runs),
-        _count_check("CPU saturation", runs, _cpu_saturated,
-                     "runs whose CPU was saturated (the emulation may have lost or delayed "
-                     "packets no counter shows)"),
-        _count_check("capture drops", runs, _capture_dropped,
-                     "runs whose tcpdump dropped packets (capture losses overstated)"),
-        _same_check("code version", runs, lambda r: (
-            f"incastlab {_versions(r).get('incastlab')} git {_versions(r).get('git')}"
-            if _versions(r) else None), "code versions"),
-        _same_check("machine", runs, lambda r: (
-            f"{_manifest(r).get('host')}, kernel {_versions(r).get('kernel')}, "
-            f"{(_manifest(r).get('cpu') or {}).get('cores')} cores, datapath "
-            f"{_manifest(r).get('datapath')}, OVS {_versions(r).get('openvswitch')}"
-            if _manifest(r) else None), "machines"),
-    ]
-
-
-def confounds_html(checks: list[Confound]) -> str:
-    """The box: one row per check, a differing one marked."""
-    bad = [c for c in checks if c.differs]
-    head = ("These groups differ only in their spec." if not bad else
-            f"Careful: {len(bad)} thing(s) besides the spec differ — "
-            + ", ".join(c.check for c in bad) + ".")
-    rows = "".join(
-        f"<tr class='{'bad' if c.differs else 'ok' if c.differs is False else 'unk'}'>"
-        f"<th class='l'>{html.escape(c.check)}</th><td class='l'>"
-        f"{'⚠ differs' if c.differs else '✓ same' if c.differs is False else '? not recorded'}"
-        f"</td><td class='l'>{html.escape(c.text)}</td></tr>" for c in checks)
-    return (f"<div class='confounds' id='confounds'><h2>Can these be compared?</h2>"
-            f"<p><b>{html.escape(head)}</b></p><table class='tbl'>{rows}</table></div>")
 
 
 def _line_table(table, runs, keys, x_key, metric) -> pd.DataFrame:
@@ -465,7 +253,60 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
     keys = mj.regroup(runs, keys)  # [[jobs]]: jobs=together / alone-<i>, not the array
     used = [r for r in runs if include_incomplete or r["status"] == "complete"]
     declared = metrics.compared()  # the one declared list (metrics.py)
-    units = {m.name: m.unit for m in declared}
+    table = _group_table(used, declared)
+    table_path = out / "compare.csv"
+    table.assign(values=[";".join(f"{v:g}" for v in vs) for vs in table["values"]]
+                 ).to_csv(table_path, index=False)
+    pd.DataFrame([{"run": r["name"], "dir": r["dir"], "group": r["group"],
+                   "status": r["status"], "reason": r["reason"],
+                   **{m.name: r["headline"].get(m.name) for m in declared}} for r in runs]
+                 ).to_csv(out / "runs.csv", index=False)
+    figs, not_drawn, sweeps = _draw_pngs(table, used, keys, declared, out)
+    # the interactive figure: every compared metric per group, each run a point linked
+    # to its report (interactive_compare.py); the PNGs above stay as files
+    links = {r["dir"]: _run_link(Path(r["dir"]), out) for r in used}
+    iplot, zero = ic.figure(table, ic.run_points(used, [m.name for m in declared], links),
+                            declared, cell_text)
+    shown = {n.split(":")[0] for n in not_drawn}
+    not_drawn += [f"{m}: 0 in every run" for m in zero if m not in shown]
+    checks = confounds(used)
+    # time to accuracy, where the runs logged held-out evaluations (analysis/accuracy.py)
+    tta_html, tta_figs, tta = accuracy.compare_section(
+        [{**accuracy.run_inputs(r["analysis"]), "group": r["group"], "spec": r["spec"]}
+         for r in used], out)
+    # [[jobs]]: each job's iteration time together / alone (analysis/multijob.py)
+    jobs_html, jobs_slow = mj.compare_section(used, out)
+    body = [f"<h1>Comparison of {len(runs)} runs</h1>", *_banners(runs, used)]
+    body.append("<p>Groups differ in: " + (html.escape(", ".join(keys)) or "nothing (all "
+                "runs share one spec apart from seeds)") + f". With {MIN_N_FOR_CI} or more "
+                "runs in a group: mean ± half-width of the 95 % confidence interval (Student "
+                "t; [low, high] where the interval stops at 0); with fewer, each run's value."
+                "</p>")
+    body.append(confounds_html(checks))
+    body.append(tta_html)
+    body.append(jobs_html)
+    body.append("<h2>Headline metrics</h2>" + headline_table(table, declared))
+    body.append(fabrics_html(used))
+    body.append("<h2>Plots</h2>" + _plots_html(iplot, figs, sweeps))
+    if not_drawn:
+        body.append("<p class='none'>Not drawn: " + html.escape("; ".join(not_drawn))
+                    + ".</p>")
+    body.append("<h2>Runs</h2>" + runs_html(runs, declared, out))
+    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>incastlab comparison"
+            f"</title><style>{CSS}{COMPARE_CSS}</style>"
+            + (interactive.script() if iplot else "")  # plotly.js once, only if drawn
+            + f"</head><body>{''.join(body)}"
+            "</body></html>")
+    report = out / "compare.html"
+    report.write_text(page)
+    mpath = out / "compare.json"
+    mpath.write_text(_compare_json(keys, runs, checks, tta, jobs_slow, table))
+    return {"report": report, "table": table_path, "metrics": mpath, "plots": figs + tta_figs,
+            "confounds": checks}
+
+
+def _group_table(used: list[dict], declared: list) -> pd.DataFrame:
+    """The long table: one row per group and declared metric the group measured."""
     rows = []
     for group in dict.fromkeys(r["group"] for r in used):
         members = [r for r in used if r["group"] == group]
@@ -475,15 +316,15 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
             if stats["n"]:
                 rows.append({"group": group, "metric": m.name, "unit": m.unit, **stats})
     cols = ["group", "metric", "unit", "n", "mean", "sd", "ci95", "lo", "hi", "values"]
-    table = pd.DataFrame(rows, columns=cols)
-    table_path = out / "compare.csv"
-    table.assign(values=[";".join(f"{v:g}" for v in vs) for vs in table["values"]]
-                 ).to_csv(table_path, index=False)
-    pd.DataFrame([{"run": r["name"], "dir": r["dir"], "group": r["group"],
-                   "status": r["status"], "reason": r["reason"],
-                   **{m.name: r["headline"].get(m.name) for m in declared}} for r in runs]
-                 ).to_csv(out / "runs.csv", index=False)
-    figs, not_drawn, sweeps = [], [], []  # sweeps: the line plots, no interactive twin
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _draw_pngs(table, used, keys, declared, out: Path) -> tuple[list, list, list]:
+    """plots/compare_*.png of every plotted metric: bars per group, and lines along the
+    sweep axis when there is one. Returns (figures, what was not drawn and why, the line
+    plots among the figures: they have no interactive twin)."""
+    units = {m.name: m.unit for m in declared}
+    figs, not_drawn, sweeps = [], [], []
     x_key = sweep_axis(used, keys)
     for metric in (m.name for m in metrics.plotted() if m.compare):
         unit = units[metric]
@@ -503,63 +344,43 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
         p = plots.compare_bars(table, metric, out / "plots" / f"compare_{metric}.png", unit)
         if p:
             figs.append(p)
-    # the interactive figure: every compared metric per group, each run a point linked
-    # to its report (interactive_compare.py); the PNGs above stay as files
-    links = {r["dir"]: _run_link(Path(r["dir"]), out) for r in used}
-    iplot, zero = ic.figure(table, ic.run_points(used, [m.name for m in declared], links),
-                            declared, cell_text)
-    shown = {n.split(":")[0] for n in not_drawn}
-    not_drawn += [f"{m}: 0 in every run" for m in zero if m not in shown]
-    checks = confounds(used)
-    # time to accuracy, where the runs logged held-out evaluations (analysis/accuracy.py)
-    tta_html, tta_figs, tta = accuracy.compare_section(
-        [{**accuracy.run_inputs(r["analysis"]), "group": r["group"], "spec": r["spec"]}
-         for r in used], out)
-    # [[jobs]]: each job's iteration time together / alone (analysis/multijob.py)
-    jobs_html, jobs_slow = mj.compare_section(used, out)
+    return figs, not_drawn, sweeps
+
+
+def _banners(runs: list[dict], used: list[dict]) -> list[str]:
+    """The page's warnings: runs left out of the statistics, runs analysed without some
+    of their inputs."""
+    out = []
     left_out = [r for r in runs if r not in used]
-    body = [f"<h1>Comparison of {len(runs)} runs</h1>"]
     if left_out:
-        body.append("<div class='banner'>" + html.escape(
+        out.append("<div class='banner'>" + html.escape(
             f"{len(left_out)} run(s) did not complete and are left out of the statistics: "
             + ", ".join(f"{r['name']} ({r['status']}{': ' + r['reason'] if r['reason'] else ''})"
                         for r in left_out)) + "</div>")
     partial = [r for r in used if r["inputs"].get("complete") is False]
     if partial:  # their n/a metrics are left out of the means, never counted as 0
-        body.append("<div class='banner' id='partial-runs'>" + html.escape(
+        out.append("<div class='banner' id='partial-runs'>" + html.escape(
             f"{len(partial)} run(s) were analysed without some of their inputs; the metrics "
             "those inputs feed are n/a there and left out of the statistics (n counts the "
             "runs that measured them): " + "; ".join(
                 f"{r['name']} ({_damaged_inputs(r)})" for r in partial)) + "</div>")
-    body.append("<p>Groups differ in: " + (html.escape(", ".join(keys)) or "nothing (all "
-                "runs share one spec apart from seeds)") + f". With {MIN_N_FOR_CI} or more "
-                "runs in a group: mean ± half-width of the 95 % confidence interval (Student "
-                "t; [low, high] where the interval stops at 0); with fewer, each run's value."
-                "</p>")
-    body.append(confounds_html(checks))
-    body.append(tta_html)
-    body.append(jobs_html)
-    body.append("<h2>Headline metrics</h2>" + headline_table(table, declared))
-    body.append(fabrics_html(used))
-    body.append("<h2>Plots</h2>" + (iplot or "") + (
+    return out
+
+
+def _plots_html(iplot: str | None, figs: list, sweeps: list) -> str:
+    """The interactive figure and the sweep lines, the per-group PNGs folded away; every
+    PNG when there is no interactive figure."""
+    return (iplot or "") + (
         "".join(_img(p, p.stem) for p in figs) if not iplot else
         "".join(_img(p, p.stem) for p in sweeps)
         + "<details><summary>The same per-group plots as PNG images (plots/compare_*.png)"
         "</summary>" + "".join(_img(p, p.stem) for p in figs if p not in sweeps)
-        + "</details>"))
-    if not_drawn:
-        body.append("<p class='none'>Not drawn: " + html.escape("; ".join(not_drawn))
-                    + ".</p>")
-    body.append("<h2>Runs</h2>" + runs_html(runs, declared, out))
-    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>incastlab comparison"
-            f"</title><style>{CSS}{COMPARE_CSS}</style>"
-            + (interactive.script() if iplot else "")  # plotly.js once, only if drawn
-            + f"</head><body>{''.join(body)}"
-            "</body></html>")
-    report = out / "compare.html"
-    report.write_text(page)
-    mpath = out / "compare.json"
-    mpath.write_text(json.dumps(_jsonable({
+        + "</details>")
+
+
+def _compare_json(keys, runs, checks, tta, jobs_slow, table) -> str:
+    """compare.json's text."""
+    return json.dumps(_jsonable({
         "groups_differ_in": keys, "runs": [{**{k: r[k] for k in ("dir", "group", "status",
                                                                  "reason", "headline",
                                                                  "headline_na")},
@@ -569,9 +390,7 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
                       for c in checks],
         "time_to_accuracy": tta,
         "jobs_slowdown": jobs_slow,
-        "table": table.to_dict(orient="records")}), indent=2, default=str))
-    return {"report": report, "table": table_path, "metrics": mpath, "plots": figs + tta_figs,
-            "confounds": checks}
+        "table": table.to_dict(orient="records")}), indent=2, default=str)
 
 
 def fabrics_html(runs: list[dict]) -> str:

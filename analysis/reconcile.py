@@ -229,6 +229,30 @@ def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
     both = captured_flows if both_ends_flows is None else both_ends_flows
     cap_losses = int(len(attributed)) if both else None
     cap_retrans = int(len(retrans)) if captured_flows else None
+    n = _capture_counts(retrans, spurious, captured_flows, both)
+    k = {name: counter_delta(counters, name) for name in KERNEL_COUNTERS}
+    cap_drop_total = capture_drop_total(manifest)
+    totals = pd.DataFrame(_total_rows(tc_drops, cap_losses, cap_retrans, n, k, cap_drop_total),
+                          columns=["measure", "source", "value", "meaning"])
+    notes = _notes(tc_drops, cap_losses, cap_retrans, n, k, cap_drop_total, manifest,
+                   captured_flows, both)
+    numbers = {"tc_drops": tc_drops, "capture_losses": cap_losses,
+               "capture_retrans": cap_retrans, "capture_rto": n["rto"],
+               "capture_fast": n["fast"], "capture_recoveries": n["recov"],
+               "capture_recovery_retrans": n["rec_pkts"], "capture_rto_retrans": n["rto_pkts"],
+               "capture_tlp": n["tlp"],
+               "capture_spurious": n["spur"],
+               "kernel": {name: v for name, v in k.items()}, "capture_drops": cap_drop_total}
+    return {"totals": totals,
+            "ports": port_table(queue_summary, attributed),
+            "hosts": host_table(retrans, counters, fabric),
+            "notes": notes, "numbers": numbers}
+
+
+def _capture_counts(retrans: pd.DataFrame, spurious: pd.Series | None, captured_flows: int,
+                    both) -> dict:
+    """The captures' counts of recovery events and retransmitted packets by kind, and of
+    spurious retransmissions (None: not measurable from these captures)."""
     def count(mask):
         return int(mask.sum()) if len(retrans) and captured_flows else None
 
@@ -245,9 +269,16 @@ def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
     n_spur = int(pd.Series(spurious).fillna(False).astype(bool).sum()) \
         if spurious is not None and len(spurious) else 0
     n_spur = n_spur if both else None
-    k = {name: counter_delta(counters, name) for name in KERNEL_COUNTERS}
-    cap_drop_total = capture_drop_total(manifest)
-    rows = [
+    return {"rto": n_rto, "tlp": n_tlp, "fast": n_fast, "recov": n_recov,
+            "rec_pkts": n_rec_pkts, "rto_pkts": n_rto_pkts, "spur": n_spur}
+
+
+def _total_rows(tc_drops, cap_losses, cap_retrans, n: dict, k: dict,
+                cap_drop_total) -> list[tuple]:
+    """(measure, source, value, meaning) of every source, measure by measure."""
+    n_rto, n_tlp, n_fast, n_recov = n["rto"], n["tlp"], n["fast"], n["recov"]
+    n_rec_pkts, n_rto_pkts, n_spur = n["rec_pkts"], n["rto_pkts"], n["spur"]
+    return [
         ("packets dropped", "tc queue counters (sum of ports)", tc_drops,
          "qdisc drop counters, last minus first sample"),
         ("packets dropped", "captures (sender side, never at receiver)", cap_losses,
@@ -286,7 +317,12 @@ def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
         ("capture drops", "tcpdump (manifest)", cap_drop_total,
          "packets tcpdump itself did not record"),
     ]
-    totals = pd.DataFrame(rows, columns=["measure", "source", "value", "meaning"])
+
+
+def _notes(tc_drops, cap_losses, cap_retrans, n: dict, k: dict, cap_drop_total,
+           manifest: dict, captured_flows: int, both) -> list[str]:
+    """The notes that say which known effect explains each difference between sources."""
+    n_tlp, n_spur = n["tlp"], n["spur"]
     notes = []
     if captured_flows == 0:
         notes.append("No TCP payload in any capture: capture-based columns are empty; the "
@@ -336,14 +372,4 @@ def reconcile(*, queue_summary: pd.DataFrame, attributed: pd.DataFrame,
             f"{cap_retrans - cap_losses}: {n_tlp} tail-loss probe(s) and {n_spur} spurious "
             "retransmission(s) resend data that was not lost; a retransmission that is lost "
             "again counts in both.")
-    numbers = {"tc_drops": tc_drops, "capture_losses": cap_losses,
-               "capture_retrans": cap_retrans, "capture_rto": n_rto,
-               "capture_fast": n_fast, "capture_recoveries": n_recov,
-               "capture_recovery_retrans": n_rec_pkts, "capture_rto_retrans": n_rto_pkts,
-               "capture_tlp": n_tlp,
-               "capture_spurious": n_spur,
-               "kernel": {name: v for name, v in k.items()}, "capture_drops": cap_drop_total}
-    return {"totals": totals,
-            "ports": port_table(queue_summary, attributed),
-            "hosts": host_table(retrans, counters, fabric),
-            "notes": notes, "numbers": numbers}
+    return notes

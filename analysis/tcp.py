@@ -133,8 +133,10 @@ def _index(tcp: pd.DataFrame) -> dict:
     return idx
 
 
-def _flow_packets(tcp, key, iface):
-    """(forward, reverse) packets of a flow at one capture point, each sorted by time."""
+def flow_packets(tcp, key, iface):
+    """(forward, reverse) packets of a flow at one capture point, each sorted by time.
+
+    key: (src, dst, sport, dport) of the flow's data direction; iface: the capture."""
     src, dst, sport, dport = (int(x) for x in key)
     idx = _index(tcp)
     empty = np.empty(0, np.int64)
@@ -146,19 +148,21 @@ def _flow_packets(tcp, key, iface):
 
 
 def _sender_flows(tcp: pd.DataFrame, flows: pd.DataFrame | None):
-    """(flow row, forward packets, reverse packets, _flow_state(...)) for every flow
+    """(flow row, forward packets, reverse packets, flow_state(...)) for every flow
     that carried data at its sender's capture."""
     flows = data_flows(tcp) if flows is None else flows
     for f in flows.itertuples(index=False):
         key = (f.src, f.dst, f.sport, f.dport)
-        fwd, rev = _flow_packets(tcp, key, f.sender_iface)
+        fwd, rev = flow_packets(tcp, key, f.sender_iface)
         if (fwd["payload_len"] > 0).sum() == 0:
             continue
-        yield f, fwd, rev, _flow_state(fwd, rev)
+        yield f, fwd, rev, flow_state(fwd, rev)
 
 
-def _flow_state(fwd: pd.DataFrame, rev: pd.DataFrame):
-    """Relative sequence/ack numbers of one flow as seen at one capture point."""
+def flow_state(fwd: pd.DataFrame, rev: pd.DataFrame):
+    """Relative sequence/ack numbers of one flow as seen at one capture point (`fwd`,
+    `rev` from `flow_packets`): (base, data packets, their relative seq, their payload
+    bytes, the ACKs, their relative ack numbers)."""
     syn = fwd[(fwd["flags"] & SYN) > 0]
     data = fwd[fwd["payload_len"] > 0]
     base = int(syn["seq"].iloc[0]) + 1 if len(syn) else int(data["seq"].iloc[0])
@@ -167,6 +171,9 @@ def _flow_state(fwd: pd.DataFrame, rev: pd.DataFrame):
     acks = rev[(rev["flags"] & ACK) > 0]
     ack_rel = _unwrap(acks["ack"].to_numpy(), base)
     return base, data, rel, ln, acks, ack_rel
+
+
+_flow_packets, _flow_state = flow_packets, flow_state  # old names: latency.py, flowroles.py
 
 
 def retransmissions(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
@@ -183,77 +190,8 @@ def retransmissions(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
       duration_s (end - stall_start; NaN if never recovered in the capture).
     """
     rrows, erows = [], []
-    for f, fwd, rev, (base, data, rel, ln, acks, ack_rel) in _sender_flows(tcp, flows):
-        end = rel + ln
-        t = data["t"].to_numpy()
-        ipid = data["ip_id"].to_numpy()
-        snd_max = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(end)[:-1]])
-        cand = np.flatnonzero(rel < snd_max)
-        if len(cand) == 0:
-            continue
-        # capture duplicates: same seq, len and IP id as an earlier packet
-        dup = pd.DataFrame({"r": rel, "l": ln, "i": ipid}).duplicated(keep="first").to_numpy()
-        cand = [i for i in cand if not dup[i] or ipid[i] == 0]
-        all_t = np.sort(np.concatenate([fwd["t"].to_numpy(), rev["t"].to_numpy()]))
-        at = acks["t"].to_numpy()
-        pure = ((acks["payload_len"].to_numpy() == 0)
-                & ((acks["flags"].to_numpy() & (SYN | FIN | RST)) == 0))
-        # pure ACKs sorted by (ack number, time): dup-ACK counts by binary search
-        order = np.lexsort((at[pure], ack_rel[pure]))
-        pa, pt = ack_rel[pure][order], at[pure][order]
-        # bytes SACKed above each ACK's cumulative point (upper bound: highest SACK edge)
-        sack_hi = acks["sack_hi"].to_numpy()[pure][order].astype(np.int64)
-        has_sack = acks["sack"].to_numpy()[pure][order]
-        beyond = np.where(has_sack, ((sack_hi - (base + pa)) % _TWO32), 0)
-        mss = int(ln.max()) if len(ln) else 1
-        cum_ack = np.maximum.accumulate(ack_rel) if len(ack_rel) else ack_rel
-        ep_end, ep_id, ep_kind = -np.inf, None, None
-        for i in cand:
-            ti = t[i]
-            k = np.searchsorted(all_t, ti, "left")
-            gap = float(ti - all_t[k - 1]) if k > 0 else np.inf
-            lo, hi = np.searchsorted(pa, rel[i], "left"), np.searchsorted(pa, rel[i], "right")
-            n_same = int(np.searchsorted(pt[lo:hi], ti, "left"))
-            dupacks = max(n_same - 1, 0)
-            # segments the receiver reported (SACK) above this hole before it was resent
-            above = beyond[lo:lo + n_same].max() - ln[i] if n_same else 0
-            sacked = max(int(above // mss), 0)
-            tail = bool(end[i] >= snd_max[i])
-            in_episode = ti < ep_end
-            if gap >= rto_threshold_s:
-                kind, event = "rto", True
-            elif in_episode:
-                kind, event = ep_kind, False
-            elif dupacks >= 3 or sacked >= 3:
-                kind, event = "fast", True
-            elif tail:
-                kind, event = "tlp", True
-            else:
-                kind, event = "other", True
-            if event and not in_episode:
-                ep_id = len(erows)
-                recover = snd_max[i]
-                # the first ACK covering the recovery point that comes after this packet
-                j = max(np.searchsorted(cum_ack, recover, "left"),
-                        np.searchsorted(at, ti, "right"))
-                ep_end = float(at[j]) if j < len(at) else np.inf
-                ep_kind = kind
-                erows.append({"episode": ep_id, "flow": f.flow, "kind": kind,
-                              "n_rto": 0, "n_retrans": 0, "stall_start": ti - gap
-                              if np.isfinite(gap) else ti, "start": ti,
-                              "end": ep_end if np.isfinite(ep_end) else np.nan})
-            ep = erows[ep_id]
-            ep["n_retrans"] += 1
-            if kind == "rto" and event:
-                ep["n_rto"] += 1
-                ep["kind"] = "rto"
-                ep_kind = "rto"
-            rrows.append({"flow": f.flow, "src": f.src, "dst": f.dst, "sport": f.sport,
-                          "dport": f.dport, "iface": f.sender_iface, "t": ti,
-                          "seq": int(rel[i]), "len": int(ln[i]), "ip_id": int(ipid[i]),
-                          "kind": kind, "gap_s": gap, "dupacks": dupacks, "sacked": sacked,
-                          "event": event,
-                          "episode": ep_id, "tail": tail})
+    for f, fwd, rev, state in _sender_flows(tcp, flows):
+        _flow_retransmissions(f, fwd, rev, state, rto_threshold_s, rrows, erows)
     retrans = pd.DataFrame(rrows, columns=["flow", "src", "dst", "sport", "dport", "iface",
                                            "t", "seq", "len", "ip_id", "kind", "gap_s",
                                            "dupacks", "sacked", "event", "episode", "tail"])
@@ -261,6 +199,88 @@ def retransmissions(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
                                             "stall_start", "start", "end"])
     episodes["duration_s"] = episodes["end"] - episodes["stall_start"]
     return retrans, episodes
+
+
+def _pure_acks(acks: pd.DataFrame, at: np.ndarray, ack_rel: np.ndarray, base: int):
+    """The pure ACKs of a flow's reverse direction sorted by (ack number, time), for
+    dup-ACK counts by binary search: (ack numbers, times, bytes SACKed above each ACK's
+    cumulative point (upper bound: the highest SACK edge)). `at`: the ACKs' times."""
+    pure = ((acks["payload_len"].to_numpy() == 0)
+            & ((acks["flags"].to_numpy() & (SYN | FIN | RST)) == 0))
+    order = np.lexsort((at[pure], ack_rel[pure]))
+    pa, pt = ack_rel[pure][order], at[pure][order]
+    sack_hi = acks["sack_hi"].to_numpy()[pure][order].astype(np.int64)
+    has_sack = acks["sack"].to_numpy()[pure][order]
+    beyond = np.where(has_sack, ((sack_hi - (base + pa)) % _TWO32), 0)
+    return pa, pt, beyond
+
+
+def _flow_retransmissions(f, fwd, rev, state, rto_threshold_s, rrows, erows) -> None:
+    """One flow's retransmissions and episodes (`retransmissions`), appended to `rrows`
+    and `erows` (episode ids count on across flows)."""
+    base, data, rel, ln, acks, ack_rel = state
+    end = rel + ln
+    t = data["t"].to_numpy()
+    ipid = data["ip_id"].to_numpy()
+    snd_max = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(end)[:-1]])
+    cand = np.flatnonzero(rel < snd_max)
+    if len(cand) == 0:
+        return
+    # capture duplicates: same seq, len and IP id as an earlier packet
+    dup = pd.DataFrame({"r": rel, "l": ln, "i": ipid}).duplicated(keep="first").to_numpy()
+    cand = [i for i in cand if not dup[i] or ipid[i] == 0]
+    all_t = np.sort(np.concatenate([fwd["t"].to_numpy(), rev["t"].to_numpy()]))
+    at = acks["t"].to_numpy()
+    pa, pt, beyond = _pure_acks(acks, at, ack_rel, base)
+    mss = int(ln.max()) if len(ln) else 1
+    cum_ack = np.maximum.accumulate(ack_rel) if len(ack_rel) else ack_rel
+    ep_end, ep_id, ep_kind = -np.inf, None, None
+    for i in cand:
+        ti = t[i]
+        k = np.searchsorted(all_t, ti, "left")
+        gap = float(ti - all_t[k - 1]) if k > 0 else np.inf
+        lo, hi = np.searchsorted(pa, rel[i], "left"), np.searchsorted(pa, rel[i], "right")
+        n_same = int(np.searchsorted(pt[lo:hi], ti, "left"))
+        dupacks = max(n_same - 1, 0)
+        # segments the receiver reported (SACK) above this hole before it was resent
+        above = beyond[lo:lo + n_same].max() - ln[i] if n_same else 0
+        sacked = max(int(above // mss), 0)
+        tail = bool(end[i] >= snd_max[i])
+        in_episode = ti < ep_end
+        if gap >= rto_threshold_s:
+            kind, event = "rto", True
+        elif in_episode:
+            kind, event = ep_kind, False
+        elif dupacks >= 3 or sacked >= 3:
+            kind, event = "fast", True
+        elif tail:
+            kind, event = "tlp", True
+        else:
+            kind, event = "other", True
+        if event and not in_episode:
+            ep_id = len(erows)
+            recover = snd_max[i]
+            # the first ACK covering the recovery point that comes after this packet
+            j = max(np.searchsorted(cum_ack, recover, "left"),
+                    np.searchsorted(at, ti, "right"))
+            ep_end = float(at[j]) if j < len(at) else np.inf
+            ep_kind = kind
+            erows.append({"episode": ep_id, "flow": f.flow, "kind": kind,
+                          "n_rto": 0, "n_retrans": 0, "stall_start": ti - gap
+                          if np.isfinite(gap) else ti, "start": ti,
+                          "end": ep_end if np.isfinite(ep_end) else np.nan})
+        ep = erows[ep_id]
+        ep["n_retrans"] += 1
+        if kind == "rto" and event:
+            ep["n_rto"] += 1
+            ep["kind"] = "rto"
+            ep_kind = "rto"
+        rrows.append({"flow": f.flow, "src": f.src, "dst": f.dst, "sport": f.sport,
+                      "dport": f.dport, "iface": f.sender_iface, "t": ti,
+                      "seq": int(rel[i]), "len": int(ln[i]), "ip_id": int(ipid[i]),
+                      "kind": kind, "gap_s": gap, "dupacks": dupacks, "sacked": sacked,
+                      "event": event,
+                      "episode": ep_id, "tail": tail})
 
 
 def retrans_summary(retrans: pd.DataFrame) -> dict:
@@ -299,66 +319,82 @@ def losses(tcp: pd.DataFrame, flows: pd.DataFrame | None = None) -> pd.DataFrame
     for f in flows.itertuples(index=False):
         if f.receiver_iface is None or f.receiver_iface == f.sender_iface:
             continue
-        key = (f.src, f.dst, f.sport, f.dport)
-        sfwd, srev = _flow_packets(tcp, key, f.sender_iface)
-        rfwd, rrev = _flow_packets(tcp, key, f.receiver_iface)
-        sdata = sfwd[sfwd["payload_len"] > 0]
-        rdata = rfwd[rfwd["payload_len"] > 0]
-        if sdata.empty:
-            continue
-        base, _, srel, sln, _, _ = _flow_state(sfwd, srev)
-        rrel = _unwrap(rdata["seq"].to_numpy(), base) if len(rdata) else np.empty(0, np.int64)
-        r_times = np.concatenate([rfwd["t"].to_numpy(), rrev["t"].to_numpy()])
-        if len(r_times) == 0:
-            continue
-        lo, hi = r_times.min(), r_times.max()
-        st = sdata["t"].to_numpy()
-        sid = sdata["ip_id"].to_numpy().astype(np.int64)
-        use_id = bool((sid != 0).any())
-        keys = ["rel", "len", "id"]
-        snd_max = np.concatenate([[np.iinfo(np.int64).min],
-                                  np.maximum.accumulate(srel + sln)[:-1]])
-        sent = pd.DataFrame({"rel": srel, "len": sln, "id": sid if use_id else 0, "t": st,
-                             "retransmission": srel < snd_max})
-        sent = sent[(st >= lo - 1e-3) & (st <= hi)]
-        if use_id:  # the same packet twice in the sender-side capture counts once
-            sent = sent.drop_duplicates(keys, keep="first")
-        recv = pd.DataFrame({"rel": rrel,
-                             "len": rdata["payload_len"].to_numpy().astype(np.int64),
-                             "id": rdata["ip_id"].to_numpy().astype(np.int64)
-                             if use_id else 0})
-        counts = recv.groupby(keys).size().rename("received")
-        sent = sent.join(counts, on=keys)
-        sent["received"] = sent["received"].fillna(0)
-        # copies of one key that arrived are matched to its latest transmissions, so the
-        # lost ones are the earliest (the original, not the retransmission that got through)
-        from_last = sent.groupby(keys).cumcount(ascending=False)
-        lost = sent[from_last >= sent["received"]]
-        # intermediate capture points that did see the lost copy (it was dropped after)
-        seen_at = [""] * len(lost)
-        via = [v for v in (getattr(f, "via", "") or "").split(",") if v]
-        for v in via:
-            vfwd, vrev = _flow_packets(tcp, key, v)
-            vdata = vfwd[vfwd["payload_len"] > 0]
-            vk = pd.DataFrame({"rel": _unwrap(vdata["seq"].to_numpy(), base),
-                               "len": vdata["payload_len"].to_numpy().astype(np.int64),
-                               "id": vdata["ip_id"].to_numpy().astype(np.int64)
-                               if use_id else 0})
-            hit = pd.MultiIndex.from_frame(lost[keys]).isin(pd.MultiIndex.from_frame(vk))
-            seen_at = [(a + "," + v).lstrip(",") if h else a
-                       for a, h in zip(seen_at, hit, strict=True)]
-        rows.append(pd.DataFrame({
-            "flow": f.flow, "src": f.src, "dst": f.dst, "sport": f.sport, "dport": f.dport,
-            "sender_iface": f.sender_iface, "receiver_iface": f.receiver_iface,
-            "t": lost["t"].to_numpy(), "seq": lost["rel"].to_numpy(),
-            "len": lost["len"].to_numpy(), "ip_id": lost["id"].to_numpy(),
-            "retransmission": lost["retransmission"].to_numpy(),
-            "via": ",".join(via), "seen_at": seen_at}))
+        lost = _flow_losses(tcp, f)
+        if lost is not None:
+            rows.append(lost)
     cols = ["flow", "src", "dst", "sport", "dport", "sender_iface", "receiver_iface", "t",
             "seq", "len", "ip_id", "retransmission", "via", "seen_at"]
     rows = [r for r in rows if len(r)]
     out = pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
     return out.sort_values("t", kind="stable").reset_index(drop=True)
+
+
+_LOSS_KEYS = ["rel", "len", "id"]  # how a sent copy is matched to a received one
+
+
+def _flow_losses(tcp: pd.DataFrame, f) -> pd.DataFrame | None:
+    """One flow's lost packets (`losses`); None when a side has nothing to match."""
+    key = (f.src, f.dst, f.sport, f.dport)
+    sfwd, srev = flow_packets(tcp, key, f.sender_iface)
+    rfwd, rrev = flow_packets(tcp, key, f.receiver_iface)
+    sdata = sfwd[sfwd["payload_len"] > 0]
+    rdata = rfwd[rfwd["payload_len"] > 0]
+    if sdata.empty:
+        return None
+    base, _, srel, sln, _, _ = flow_state(sfwd, srev)
+    rrel = _unwrap(rdata["seq"].to_numpy(), base) if len(rdata) else np.empty(0, np.int64)
+    r_times = np.concatenate([rfwd["t"].to_numpy(), rrev["t"].to_numpy()])
+    if len(r_times) == 0:
+        return None
+    lo, hi = r_times.min(), r_times.max()
+    st = sdata["t"].to_numpy()
+    sid = sdata["ip_id"].to_numpy().astype(np.int64)
+    use_id = bool((sid != 0).any())
+    keys = _LOSS_KEYS
+    snd_max = np.concatenate([[np.iinfo(np.int64).min],
+                              np.maximum.accumulate(srel + sln)[:-1]])
+    sent = pd.DataFrame({"rel": srel, "len": sln, "id": sid if use_id else 0, "t": st,
+                         "retransmission": srel < snd_max})
+    sent = sent[(st >= lo - 1e-3) & (st <= hi)]
+    if use_id:  # the same packet twice in the sender-side capture counts once
+        sent = sent.drop_duplicates(keys, keep="first")
+    recv = pd.DataFrame({"rel": rrel,
+                         "len": rdata["payload_len"].to_numpy().astype(np.int64),
+                         "id": rdata["ip_id"].to_numpy().astype(np.int64)
+                         if use_id else 0})
+    counts = recv.groupby(keys).size().rename("received")
+    sent = sent.join(counts, on=keys)
+    sent["received"] = sent["received"].fillna(0)
+    # copies of one key that arrived are matched to its latest transmissions, so the
+    # lost ones are the earliest (the original, not the retransmission that got through)
+    from_last = sent.groupby(keys).cumcount(ascending=False)
+    lost = sent[from_last >= sent["received"]]
+    via = [v for v in (getattr(f, "via", "") or "").split(",") if v]
+    seen_at = _seen_at(tcp, key, via, base, lost, use_id)
+    return pd.DataFrame({
+        "flow": f.flow, "src": f.src, "dst": f.dst, "sport": f.sport, "dport": f.dport,
+        "sender_iface": f.sender_iface, "receiver_iface": f.receiver_iface,
+        "t": lost["t"].to_numpy(), "seq": lost["rel"].to_numpy(),
+        "len": lost["len"].to_numpy(), "ip_id": lost["id"].to_numpy(),
+        "retransmission": lost["retransmission"].to_numpy(),
+        "via": ",".join(via), "seen_at": seen_at})
+
+
+def _seen_at(tcp, key, via, base, lost, use_id) -> list[str]:
+    """Per lost copy: the `via` captures that saw it, in path order (dropped after them)."""
+    keys = _LOSS_KEYS
+    seen_at = [""] * len(lost)
+    for v in via:
+        vfwd, vrev = flow_packets(tcp, key, v)
+        vdata = vfwd[vfwd["payload_len"] > 0]
+        vk = pd.DataFrame({"rel": _unwrap(vdata["seq"].to_numpy(), base),
+                           "len": vdata["payload_len"].to_numpy().astype(np.int64),
+                           "id": vdata["ip_id"].to_numpy().astype(np.int64)
+                           if use_id else 0})
+        hit = pd.MultiIndex.from_frame(lost[keys]).isin(pd.MultiIndex.from_frame(vk))
+        seen_at = [(a + "," + v).lstrip(",") if h else a
+                   for a, h in zip(seen_at, hit, strict=True)]
+    return seen_at
 
 
 def spurious_retransmissions(tcp: pd.DataFrame, retrans: pd.DataFrame,
@@ -373,9 +409,9 @@ def spurious_retransmissions(tcp: pd.DataFrame, retrans: pd.DataFrame,
         if len(sel) == 0 or f.receiver_iface is None:
             continue
         key = (f.src, f.dst, f.sport, f.dport)
-        sfwd, srev = _flow_packets(tcp, key, f.sender_iface)
-        rfwd, _ = _flow_packets(tcp, key, f.receiver_iface)
-        base = _flow_state(sfwd, srev)[0]
+        sfwd, srev = flow_packets(tcp, key, f.sender_iface)
+        rfwd, _ = flow_packets(tcp, key, f.receiver_iface)
+        base = flow_state(sfwd, srev)[0]
         rdata = rfwd[rfwd["payload_len"] > 0]
         rrel = _unwrap(rdata["seq"].to_numpy(), base)
         rend = rrel + rdata["payload_len"].to_numpy()
@@ -452,7 +488,7 @@ def throughput_series(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
         edges = np.append(edges, edges[-1] + bin_s)
     frames = []
     for f in flows.itertuples(index=False):
-        fwd, _ = _flow_packets(tcp, (f.src, f.dst, f.sport, f.dport), f.sender_iface)
+        fwd, _ = flow_packets(tcp, (f.src, f.dst, f.sport, f.dport), f.sender_iface)
         d = fwd[fwd["payload_len"] > 0]
         hist, _ = np.histogram(d["t"], bins=edges, weights=d["payload_len"])
         frames.append(pd.DataFrame({"t": edges[:-1], "flow": f.flow,

@@ -9,6 +9,7 @@ import pytest
 from scapy.layers.inet import IP, TCP
 
 from incastlab.analysis import pcap
+from incastlab.analysis import pcaprecords as framing
 from incastlab.analysis.pcap import PcapError, ip_to_int, ip_to_str, parse_pcap_bytes, read_pcap
 from incastlab.analysis.synthetic import write_pcap
 
@@ -239,9 +240,9 @@ def _fast(data, nano=False, endianness="<", start=24):
     import numpy as np
     buf = bytes(data)
     a = np.frombuffer(buf, np.uint8)
-    h4 = pcap._views(buf, len(a), endianness)["h4"]
+    h4 = framing.byte_views(buf, len(a), endianness)["h4"]
     mbuf = np.empty(len(a), bool)
-    starts, end = pcap._fast_segment(a, h4, start, len(a), endianness, nano, 65535, mbuf)
+    starts, end = framing._fast_segment(a, h4, start, len(a), endianness, nano, 65535, mbuf)
     return [int(x) for x in starts], end, h4
 
 
@@ -278,24 +279,24 @@ def test_fast_segment_stops_where_the_chain_breaks(tmp_path):
 
 def test_walk_edges(tmp_path):
     data = bytes(_chain(tmp_path))
-    h4 = pcap._views(data, len(data), "<")["h4"]
+    h4 = framing.byte_views(data, len(data), "<")["h4"]
     n = len(data)
-    assert pcap._walk(h4, 24, n, 65535, False) == ([24 + i * REC for i in range(5)], n, None)
-    assert pcap._walk(h4, 24, n, 65535, False, limit=2) == ([24, 24 + REC], 24 + 2 * REC,
+    assert framing._walk(h4, 24, n, 65535, False) == ([24 + i * REC for i in range(5)], n, None)
+    assert framing._walk(h4, 24, n, 65535, False, limit=2) == ([24, 24 + REC], 24 + 2 * REC,
                                                             None)
-    out, off, why = pcap._walk(h4, 24, n - 3, 65535, False)
+    out, off, why = framing._walk(h4, 24, n - 3, 65535, False)
     assert (out, off, why) == ([24 + i * REC for i in range(4)], 24 + 4 * REC,
                                f"last record truncated at byte {24 + 4 * REC}")
     # a cut inside the header of the next record: trailing bytes
     cut = 24 + 2 * REC + 7
-    assert pcap._walk(h4, 24, cut, 65535, False) == ([24, 24 + REC], 24 + 2 * REC,
+    assert framing._walk(h4, 24, cut, 65535, False) == ([24, 24 + REC], 24 + 2 * REC,
                                                      "7 trailing bytes (truncated record "
                                                      "header)")
     # a record captured with no bytes (caplen 0) ends the file exactly: no problem
     empty = struct.pack("<IIII", int(T0) + 9, 0, 0, 60)
     whole = data + empty
-    h4w = pcap._views(whole, len(whole), "<")["h4"]
-    assert pcap._walk(h4w, 24, len(whole), 65535, False)[1:] == (len(whole), None)
+    h4w = framing.byte_views(whole, len(whole), "<")["h4"]
+    assert framing._walk(h4w, 24, len(whole), 65535, False)[1:] == (len(whole), None)
     df = parse_pcap_bytes(whole)
     assert len(df) == 6 and not df.attrs["partial"] and df["caplen"].iloc[-1] == 0
     # implausible: fraction at 10^6 us, caplen above frame length, caplen above the cap
@@ -305,8 +306,8 @@ def test_walk_edges(tmp_path):
         if field == 8 and value == 300_000:
             broken[at + 12: at + 16] = struct.pack("<I", 300_000)
         broken[at + field: at + field + 4] = struct.pack("<I", value)
-        hb = pcap._views(bytes(broken), n, "<")["h4"]
-        assert pcap._walk(hb, 24, n, 65535, False) == (
+        hb = framing.byte_views(bytes(broken), n, "<")["h4"]
+        assert framing._walk(hb, 24, n, 65535, False) == (
             [24], at, f"implausible record header at byte {at}"), (field, value)
 
 

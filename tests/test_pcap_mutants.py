@@ -18,6 +18,8 @@ import pandas as pd
 import pytest
 
 from incastlab.analysis import pcap
+from incastlab.analysis import pcapdissect as dissect
+from incastlab.analysis import pcaprecords as framing
 from incastlab.analysis.pcap import PcapError, parse_pcap_bytes, read_pcap, record_offsets
 
 SEC = 1_700_000_000  # 0x6553F100: far from a 2^16-second boundary of the high bytes
@@ -99,8 +101,9 @@ class Calls:
         self.log = []
         self.general_rows = []
         self.option_rows = []
-        for name in ("_fast_segment", "_walk", "_resync", "_parse_general", "_tcp_options"):
-            monkeypatch.setattr(pcap, name, self._spy(name, getattr(pcap, name), limit))
+        for mod, name in ((framing, "_fast_segment"), (framing, "_walk"), (framing, "_resync"),
+                          (dissect, "_parse_general"), (dissect, "_tcp_options")):
+            monkeypatch.setattr(mod, name, self._spy(name, getattr(mod, name), limit))
 
     def _spy(self, name, real, limit):
         def spy(*args, **kw):
@@ -130,7 +133,7 @@ class Calls:
         return [e for e in self.log if e[0] == kind]
 
 
-DEFAULT_CHUNK = pcap.CHUNK
+DEFAULT_CHUNK = framing.CHUNK
 
 
 @pytest.fixture(autouse=True)
@@ -139,7 +142,7 @@ def calls(monkeypatch):
     and searches record starts 64 KiB at a time instead of 16 MiB, so the step loops run
     on these small captures too (the answer may not depend on it:
     test_results_do_not_depend_on_the_chunk_sizes)."""
-    monkeypatch.setattr(pcap, "CHUNK", 1 << 16)
+    monkeypatch.setattr(framing, "CHUNK", 1 << 16)
     return Calls(monkeypatch)
 
 
@@ -280,9 +283,9 @@ def test_lookalike_headers_in_payload_do_not_break_the_search(calls):
 
 def _fast(data, start=24, endian="<", nano=False, snaplen=65535):
     a = np.frombuffer(data, np.uint8)
-    h4 = pcap._views(data, len(a), endian)["h4"]
+    h4 = framing.byte_views(data, len(a), endian)["h4"]
     mbuf = np.empty(len(a), bool)
-    starts, end = pcap._fast_segment(a, h4, start, len(a), endian, nano, snaplen, mbuf)
+    starts, end = framing._fast_segment(a, h4, start, len(a), endian, nano, snaplen, mbuf)
     assert starts.dtype == np.int64  # byte offsets, also when nothing was found
     return [int(x) for x in starts], end
 
@@ -338,16 +341,16 @@ def test_fast_search_implausible_first_header():
 
 def test_walk_nanosecond_fractions_and_caplen_at_the_limit():
     data = bytearray(ghdr(nano=True) + records(3, frac=500_000_000))
-    h = lambda d: pcap._views(bytes(d), len(d), "<")["h4"]  # noqa: E731
+    h = lambda d: framing.byte_views(bytes(d), len(d), "<")["h4"]  # noqa: E731
     n = len(data)
-    assert pcap._walk(h(data), 24, n, 65535, True) == ([24, 24 + REC, 24 + 2 * REC], n, None)
+    assert framing._walk(h(data), 24, n, 65535, True) == ([24, 24 + REC, 24 + 2 * REC], n, None)
     data[24 + REC + 4:24 + REC + 8] = struct.pack("<I", 999_999_999)
-    assert pcap._walk(h(data), 24, n, 65535, True)[2] is None
+    assert framing._walk(h(data), 24, n, 65535, True)[2] is None
     data[24 + REC + 4:24 + REC + 8] = struct.pack("<I", 1_000_000_000)
-    assert pcap._walk(h(data), 24, n, 65535, True) == (
+    assert framing._walk(h(data), 24, n, 65535, True) == (
         [24], 24 + REC, f"implausible record header at byte {24 + REC}")
     big = ghdr() + rec(frame(payload=bytes(MAXCAP - 54)))
-    assert pcap._walk(h(big), 24, len(big), 65535, False) == ([24], len(big), None)
+    assert framing._walk(h(big), 24, len(big), 65535, False) == ([24], len(big), None)
 
 
 # ------------------------------------------------------------------ resynchronisation
@@ -355,14 +358,14 @@ def test_walk_nanosecond_fractions_and_caplen_at_the_limit():
 def _resync(data, start=24, need=None, nano=False, lo=SEC - 10, hi=SEC + 10):
     """`_resync` on `data`, searching 64 bytes at a time (CHUNK, 16 MiB in use, would hold
     these captures in one step and leave the step loop untried)."""
-    h4 = pcap._views(data, len(data), "<")["h4"]
-    chunk, pcap.CHUNK = pcap.CHUNK, 64
+    h4 = framing.byte_views(data, len(data), "<")["h4"]
+    chunk, framing.CHUNK = framing.CHUNK, 64
     try:
         if need is None:
-            return pcap._resync(h4, start, len(data), 65535, nano, lo, hi)
-        return pcap._resync(h4, start, len(data), 65535, nano, lo, hi, need)
+            return framing._resync(h4, start, len(data), 65535, nano, lo, hi)
+        return framing._resync(h4, start, len(data), 65535, nano, lo, hi, need)
     finally:
-        pcap.CHUNK = chunk
+        framing.CHUNK = chunk
 
 
 def _hdr_rec(sec=SEC, frac=0, cap=40, orig=None):
@@ -516,10 +519,10 @@ def test_results_do_not_depend_on_the_chunk_sizes(monkeypatch):
         + struct.pack("<I", SEC + 7) + bytes(11),
         "boundaries": ghdr() + _boundary_records(12),
     }
-    monkeypatch.setattr(pcap, "CHUNK", DEFAULT_CHUNK)
+    monkeypatch.setattr(framing, "CHUNK", DEFAULT_CHUNK)
     want = {k: parse_pcap_bytes(v) for k, v in captures.items()}
     for chunk, rchunk in ((17, 1), (64, 2), (100, 3)):
-        monkeypatch.setattr(pcap, "CHUNK", chunk)
+        monkeypatch.setattr(framing, "CHUNK", chunk)
         monkeypatch.setattr(pcap, "RECORD_CHUNK", rchunk)
         for k, data in captures.items():
             got = parse_pcap_bytes(data)
@@ -528,7 +531,7 @@ def test_results_do_not_depend_on_the_chunk_sizes(monkeypatch):
 
 
 def test_clean_capture_is_one_search_also_in_small_chunks(monkeypatch, calls):
-    monkeypatch.setattr(pcap, "CHUNK", 64)
+    monkeypatch.setattr(framing, "CHUNK", 64)
     df = parse_pcap_bytes(ghdr() + records(9) + rec(b"", SEC + 9, cap=0, orig=60))
     assert len(df) == 10 and calls.kinds() == ["fast", "general"]
     assert calls.general_rows == [9]  # the frame with no bytes: not for the fast path
@@ -562,7 +565,7 @@ def test_which_frames_take_the_fixed_offset_path(calls):
     ]
     data = ghdr() + b"".join(rec(f, SEC + i, orig=54 if i == 10 else None)
                              for i, f in enumerate(frames))
-    assert len(rec(frames[11])) == pcap._FAST_W  # the last record: exactly 82 bytes
+    assert len(rec(frames[11])) == dissect._FAST_W  # the last record: exactly 82 bytes
     df = parse_pcap_bytes(data)
     assert calls.general_rows == [2, 3, 4, 5, 6, 8, 9, 10]
     assert [int(df["seq"].iloc[i]) for i in (0, 1, 7, 11)] == [0, 1, 7, 11]
