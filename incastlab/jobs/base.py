@@ -33,6 +33,10 @@ from incastlab.fields import did_you_mean, int_check, is_int, is_num, num_check,
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from collections.abc import Callable, Mapping
 
+# Where rank 0 of a torch.distributed job (ps, ring, pipeline, tensor, moe) hosts its
+# rendezvous; each job runs on hosts of its own, so one port serves them all.
+RENDEZVOUS_PORT = 29500
+
 
 @dataclass(frozen=True)
 class Launch:
