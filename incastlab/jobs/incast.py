@@ -137,7 +137,9 @@ class IncastJob(Job):
         return rounds, []
 
     def tables(self, a) -> dict:
-        return {"rounds": rep.training.incast_rounds(a.tables["workers_raw"])}
+        from incastlab.jobs.incast_tables import incast_rounds
+
+        return {"rounds": incast_rounds(a.tables["workers_raw"])}
 
     def plots(self, a) -> dict:
         r = a.tables["retrans"]

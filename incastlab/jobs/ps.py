@@ -177,11 +177,12 @@ class PsJob(Job):
 
     def tables(self, a) -> dict:
         from incastlab.analysis import accuracy
+        from incastlab.jobs.ps_tables import discarded, staleness
 
         workers = a.tables["workers_raw"]
         curve = accuracy.curve(workers)
-        return {"staleness": rep.training.staleness(workers),
-                "discarded": rep.training.discarded(workers),
+        return {"staleness": staleness(workers),
+                "discarded": discarded(workers),
                 "accuracy": curve,
                 "time_to_accuracy": accuracy.reach(curve, runview.workload(a).target_accuracy),
                 "lr_rule": accuracy.lr_rule(workers)}

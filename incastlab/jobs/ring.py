@@ -132,8 +132,10 @@ class RingJob(Job):
         return a.tables["iterations"], list(p.workers) if p else []
 
     def tables(self, a) -> dict:
+        from incastlab.jobs.ring_tables import allreduce_vs_bound
+
         w = runview.workload(a)
-        ring = rep.training.ring_bound(a.tables["workers_raw"], a.fabric)
+        ring = allreduce_vs_bound(a.tables["workers_raw"], a.fabric)
         if (algorithm_of(w) != "ring" or emulates_backward(w)) and not ring.empty:
             # the unframed 2(N−1)/N·M/B is the flat ring's; other algorithms, and the
             # exposed part of a bucketed all-reduce, get their own
