@@ -23,7 +23,8 @@ TOP_N = 8
 KIND_COLOURS = {"fast": "tab:blue", "rto": "tab:red", "tlp": "tab:orange", "other": "tab:gray"}
 
 
-def _save(fig, path) -> Path:
+def save(fig, path) -> Path:
+    """Write `fig` as a PNG at `path` (its folder made), close it; the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100, bbox_inches="tight")
@@ -31,7 +32,8 @@ def _save(fig, path) -> Path:
     return path
 
 
-def _legend_outside(ax, **kw):
+def legend_outside(ax, **kw):
+    """The legend of `ax` outside its right edge (none when nothing is labelled)."""
     handles, labels = ax.get_legend_handles_labels()
     if handles:
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0),
@@ -66,11 +68,11 @@ def queue_occupancy(queues_d: pd.DataFrame, ports: list[str], t0: float, path,
         ax.set_ylabel("packets")
         ax.set_title(f"{iface}{' — ' + labels[iface] if labels.get(iface) else ''}",
                      fontsize="small", loc="left")
-        _legend_outside(ax)
+        legend_outside(ax)
     axes[-1, 0].set_xlabel("time since run start (s)")
     fig.suptitle("Egress queue occupancy of the hottest ports")
     fig.tight_layout()
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def flow_throughput(series: pd.DataFrame, t0: float, path, top_n: int = TOP_N) -> Path | None:
@@ -101,7 +103,7 @@ def flow_throughput(series: pd.DataFrame, t0: float, path, top_n: int = TOP_N) -
     unit = f"Mbit/s, {series.attrs.get('bin_s', 0) * 1000:.0f} ms bins"
     ax.set_ylabel(f"throughput ({unit})")
     ax.set_title(f"Per-flow throughput at the sender ({len(total)} flows)")
-    _legend_outside(ax)
+    legend_outside(ax)
     if heat:
         hx = axes[1, 0]
         wide = series.pivot_table(index="flow", columns="t", values="mbps", aggfunc="sum")
@@ -119,7 +121,7 @@ def flow_throughput(series: pd.DataFrame, t0: float, path, top_n: int = TOP_N) -
         axes[-1, 0].set_xlabel("time since run start (s)")
     else:
         ax.set_xlabel("time since run start (s)")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def retrans_timeline(retrans: pd.DataFrame, t0: float, t1: float, path) -> Path | None:
@@ -140,8 +142,8 @@ def retrans_timeline(retrans: pd.DataFrame, t0: float, t1: float, path) -> Path 
     ax.set_xlabel("time since run start (s)")
     ax.set_ylabel(f"retransmitted packets per {bins[1] * 1000:.0f} ms")
     ax.set_title("Retransmissions by trigger (fast / RTO / tail-loss probe / other)")
-    _legend_outside(ax)
-    return _save(fig, path)
+    legend_outside(ax)
+    return save(fig, path)
 
 
 def iteration_breakdown(iters: pd.DataFrame, path) -> Path | None:
@@ -178,7 +180,7 @@ def iteration_breakdown(iters: pd.DataFrame, path) -> Path | None:
     a1.set_ylabel("time (s, mean over workers)")
     a1.set_ylim(bottom=0)
     a1.set_title("Where the iteration time went")
-    _legend_outside(a1)
+    legend_outside(a1)
     ranks = sorted(iters["rank"].dropna().unique(), key=str)
     data = [iters.loc[iters["rank"] == r, "duration_s"].dropna() for r in ranks]
     a2.boxplot(data, tick_labels=[str(r) for r in ranks], showfliers=True)
@@ -187,7 +189,7 @@ def iteration_breakdown(iters: pd.DataFrame, path) -> Path | None:
     a2.set_ylim(bottom=0)
     a2.set_title("Distribution per worker")
     fig.tight_layout()
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def iteration_timeline(iters: pd.DataFrame, t0: float, path, rto: pd.DataFrame | None = None,
@@ -239,22 +241,7 @@ def iteration_timeline(iters: pd.DataFrame, t0: float, path, rto: pd.DataFrame |
     top.set_ylim(bottom=0)
     top.set_title("Iteration timeline with network events", fontsize="medium")
     fig.tight_layout()
-    return _save(fig, path)
-
-
-def staleness_hist(values: pd.Series, path) -> Path | None:
-    """Histogram of gradient staleness (model versions)."""
-    if values is None or len(values) == 0:
-        return None
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    v = values.astype(int)
-    ax.bar(*np.unique(v, return_counts=True), color="tab:purple", width=0.8)
-    ax.set_xlim(min(-0.5, v.min() - 0.5), max(4.5, v.max() + 0.5))
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("staleness (model versions behind)")
-    ax.set_ylabel("gradients")
-    ax.set_title(f"Gradient staleness (mean {values.mean():.2f}, max {values.max():.0f})")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def loss_curve(curve: pd.DataFrame, t0: float, path) -> Path | None:
@@ -268,8 +255,8 @@ def loss_curve(curve: pd.DataFrame, t0: float, path) -> Path | None:
     ax.set_ylabel("training loss")
     ax.set_ylim(bottom=0)
     ax.set_title("Training loss over time")
-    _legend_outside(ax)
-    return _save(fig, path)
+    legend_outside(ax)
+    return save(fig, path)
 
 
 def spine_balance(per_link: pd.DataFrame, util: pd.DataFrame, t0: float, path) -> Path | None:
@@ -303,72 +290,11 @@ def spine_balance(per_link: pd.DataFrame, util: pd.DataFrame, t0: float, path) -
         a2.set_xlabel("time since run start (s)")
         a2.set_ylim(bottom=0)
         a2.set_title("Spine link load over time (busiest links)")
-        _legend_outside(a2)
+        legend_outside(a2)
     else:
         a2.axis("off")
     fig.tight_layout()
-    return _save(fig, path)
-
-
-def ring_vs_bound(ring: pd.DataFrame, path) -> Path | None:
-    """All-reduce time per iteration against the 2(N-1)/N*M/B bound."""
-    if ring.empty:
-        return None
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    for r, g in ring.groupby("rank"):
-        ax.plot(g["iteration"], g["allreduce_s"], lw=0.8, label=f"rank {r}")
-    b = ring["bound_s"].dropna()
-    if len(b):
-        ax.axhline(b.iloc[0], color="k", ls="--", label=f"bound 2(N-1)/N·M/B = {b.iloc[0]:.3f} s")
-    ax.set_xlabel("iteration")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("all-reduce time (s)")
-    ax.set_ylim(bottom=0)
-    ax.set_title("Ring all-reduce time vs the bandwidth-optimal bound")
-    _legend_outside(ax)
-    return _save(fig, path)
-
-
-def incast_goodput(rounds: pd.DataFrame, path, rto_times=None) -> Path | None:
-    """Goodput per round (Mbit/s), rounds with an RTO firing marked; right: goodput vs
-    senders when the run has several sender counts, else each round's completion time."""
-    if rounds.empty:
-        return None
-    r = rounds.copy()
-    for c in ("round", "t_start", "t_end", "senders", "goodput_mbps"):
-        r[c] = pd.to_numeric(r[c], errors="coerce")
-    rto = np.asarray(rto_times if rto_times is not None else [], dtype=float)
-    hit = np.array([((rto >= a) & (rto <= b)).any() for a, b in zip(r["t_start"], r["t_end"],
-                                                                   strict=True)], bool)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 3.5))
-    a1.plot(r["round"], r["goodput_mbps"], marker=".", lw=0.6, label="goodput")
-    if hit.any():
-        a1.scatter(r["round"][hit], r["goodput_mbps"][hit], color="red", zorder=3,
-                   label=f"round with an RTO ({int(hit.sum())})")
-        a1.legend(fontsize="small")
-    a1.set_xlabel("round")
-    a1.xaxis.set_major_locator(MaxNLocator(integer=True))
-    a1.set_ylabel("goodput (Mbit/s)")
-    a1.set_ylim(bottom=0)
-    a1.set_title("Incast goodput per round")
-    if r["senders"].nunique() > 1:
-        g = r.groupby("senders")["goodput_mbps"].agg(["mean", "std", "count"])
-        a2.errorbar(g.index, g["mean"], yerr=g["std"].fillna(0), marker="o", capsize=3)
-        a2.set_xlabel("senders")
-        a2.xaxis.set_major_locator(MaxNLocator(integer=True))
-        a2.set_ylabel("goodput (Mbit/s, mean ± sd)")
-        a2.set_title("Goodput vs senders")
-    else:
-        dur = (r["t_end"] - r["t_start"]) * 1000
-        a2.bar(r["round"], dur, color=np.where(hit, "tab:red", "tab:blue"))
-        a2.set_xlabel("round")
-        a2.xaxis.set_major_locator(MaxNLocator(integer=True))
-        a2.set_ylabel("round completion time (ms)")
-        n = int(r["senders"].iloc[0]) if r["senders"].notna().any() else "?"
-        a2.set_title(f"Round completion time ({n} senders; red: an RTO fired)")
-    a2.set_ylim(bottom=0)
-    fig.tight_layout()
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def reconciliation_bars(totals: pd.DataFrame, path) -> Path | None:
@@ -402,7 +328,7 @@ def reconciliation_bars(totals: pd.DataFrame, path) -> Path | None:
               loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
     ax.set_ylabel("packets / events (linear to 10, log above)")
     ax.set_title("Reconciliation: counters vs captures")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _interval_err(t: pd.DataFrame) -> np.ndarray:
@@ -448,8 +374,8 @@ def compare_bars(table: pd.DataFrame, metric: str, path, unit: str = "") -> Path
     ax.axhline(0, color="k", lw=0.5)
     ax.set_title(f"{metric}: each run, and mean with 95 % CI where a group has >= 3 runs",
                  fontsize="medium")
-    _legend_outside(ax)
-    return _save(fig, path)
+    legend_outside(ax)
+    return save(fig, path)
 
 
 def compare_lines(lines: pd.DataFrame, x_name: str, metric: str, path,
@@ -474,8 +400,8 @@ def compare_lines(lines: pd.DataFrame, x_name: str, metric: str, path,
     ax.set_ylim(bottom=min(0.0, float(low)))
     ax.set_title(f"{metric} vs {x_name} (dots: runs; bars: 95 % CI where n >= 3)",
                  fontsize="medium")
-    _legend_outside(ax)
-    return _save(fig, path)
+    legend_outside(ax)
+    return save(fig, path)
 
 
 PART_COLOURS = {"compute_s": "tab:green", "transfer_at_bound_s": "tab:blue",
@@ -508,8 +434,8 @@ def stacked_parts(parts: pd.DataFrame, path, xlabel: str = "iteration",
     ax.set_ylabel("seconds")
     if title:
         ax.set_title(title)
-    _legend_outside(ax)
-    return _save(fig, path)
+    legend_outside(ax)
+    return save(fig, path)
 
 
 def accuracy_curves(curves: list[tuple[str, pd.DataFrame]], path,
@@ -543,7 +469,7 @@ def accuracy_curves(curves: list[tuple[str, pd.DataFrame]], path,
     handles, labels = ax_t.get_legend_handles_labels()  # shown beside the right panel
     ax_g.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0),
                 fontsize="small", frameon=False)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def sequence_plot(seq: dict, t0: float, path, title: str,
@@ -574,8 +500,8 @@ def sequence_plot(seq: dict, t0: float, path, title: str,
     ax.set_ylabel("sequence number (MB from the flow's start)")
     ax.set_ylim(bottom=0)
     ax.set_title(title, fontsize="medium")
-    _legend_outside(ax)
-    return _save(fig, path)
+    legend_outside(ax)
+    return save(fig, path)
 
 
 CDF_POINTS = 2000  # steps drawn per CDF: 1/2000 of the axis height, under a pixel
@@ -647,7 +573,7 @@ def latency_cdf(rtt: dict, queue: dict, sojourn: dict | None, path,
         ax.set_ylim(0, 1.02)
         ax.set_xlim(left=0)
         ax.grid(alpha=0.3)
-        _legend_outside(ax)
+        legend_outside(ax)
     fig.suptitle("Latency under load")
     fig.tight_layout()
-    return _save(fig, path)
+    return save(fig, path)

@@ -8,27 +8,29 @@ chrome://tracing open. Timestamps `ts` and durations `dur` are microseconds; ts 
 
 What is in it (pids are numbered from 1; docs/run-directory.md has the same list):
 
-- one process per rank (a `workers/<rank>.jsonl` file), named from its `start` event,
-  e.g. "h3 worker rank 2", "h1 server rank 0", "h2 ring rank 1", "h1 client rank 0";
-  ordered by rank. Thread 1 "iterations" holds complete events ("ph": "X"), nested:
+- one process per rank (a `workers/<rank>.jsonl` file), named from its `start` event
+  (host, role, rank: e.g. "h3 worker rank 2"), ordered by rank. Thread 1 "iterations"
+  holds complete events ("ph": "X"), nested:
     * "iteration N" (cat "iteration") from t_start to t_end, with the logged fields in
       args, and inside it
     * "compute" (cat "compute"): t_start for compute_s;
-    * PS workers: "push" (cat "comm") from t_push for push_s, then "pull" (cat "comm")
-      for pull_s, and inside the pull "wait (barrier)" (cat "wait") for wait_s — the
-      log gives the server's hold time but not where in the pull it fell, so it is
-      drawn at the start of the pull;
-    * ring ranks: "all-reduce" (cat "comm") after the compute, for allreduce_s;
-    * others: "comm" (cat "comm") after the compute, for comm_s;
-    * incast client: "round N" (cat "round") from t_start to t_end; incast servers:
-      "serve round N" (cat "comm") from t_request to t_sent.
+    * its communication, by the fields it logged: with t_push and push_s, "push" (cat
+      "comm") from t_push, then "pull" (cat "comm") for pull_s, and inside the pull
+      "wait (barrier)" (cat "wait") for wait_s — the log gives the hold time but not
+      where in the pull it fell, so it is drawn at the start of the pull; else with
+      allreduce_s, "all-reduce" (cat "comm") after the compute; else "comm" (cat
+      "comm") after the compute, for comm_s.
   A child is clipped to its parent's span (the logged pieces are measured separately
-  and can overhang by microseconds). Parameter servers' `update` events are instant
-  events ("ph": "i") "update" on thread 1.
+  and can overhang by microseconds).
+- other logged events, as `LOGGED` declares them (a job adds its own through
+  `build_trace(spans=...)`, e.g. from its `Job.trace_spans`): a `round` is a complete
+  event "round N" (cat "round") from t_start to t_end, a `served` one "serve round N"
+  (cat "comm") from t_request to t_sent, and an `update` an instant event ("ph": "i")
+  "update", all on thread 1.
 - spans: every `span` event an app logs (name, cat, t, dur_s and any other fields as
-  args) is a complete event on thread 3 "spans" of its rank's process: a pipeline
-  stage's forward/backward of each micro-batch, a tensor-parallel block's all-reduce.
-  Apps log them in their own terms; nothing here knows their kinds.
+  args) is a complete event on thread 3 "spans" of its rank's process (a stage's
+  forward/backward of each micro-batch, a block's all-reduce). Apps log them in their
+  own terms; nothing here knows their kinds.
 - RTOs: one instant event "RTO" per RTO firing (retrans rows with `event` and `kind`
   'rto') on thread 2 "TCP" of the sending host's first rank process (a host with no
   rank gets a process of its own, "h5 (host)"; an address not in `host_ips` one named
@@ -46,7 +48,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -164,7 +168,7 @@ def _process_names(workers: pd.DataFrame) -> list[tuple[str, str, object, str | 
     rows = []
     for f in files:
         role, rank, host = info.get(f, (None, None, None))
-        rank = training._as_rank(f if rank is None or (isinstance(rank, float)
+        rank = training.as_rank(f if rank is None or (isinstance(rank, float)
                                                         and math.isnan(rank)) else rank)
         role_txt = role if isinstance(role, str) else "rank"
         name = " ".join(x for x in (host, role_txt if role_txt != "rank" else None,
@@ -210,14 +214,49 @@ def _iteration_events(tr: _Trace, pid: int, g: pd.DataFrame) -> None:
             tr.span(pid, ITER_TID, "comm", "comm", after, r.comm_s, within=parent)
 
 
+class LoggedSpan(NamedTuple):
+    """How a logged event becomes a complete event on thread 1 of its rank's process:
+    named `label(row)`, in category `cat`, from field `start` to field `end` (epoch s),
+    with the fields `args` (None where a row lacks one)."""
+
+    event: str
+    label: Callable[[Any], str]
+    cat: str
+    start: str
+    end: str
+    args: tuple[str, ...]
+
+
+class LoggedInstant(NamedTuple):
+    """How a logged event becomes an instant event at its field `t` on thread 1."""
+
+    event: str
+    label: str
+    cat: str
+    args: tuple[str, ...]
+
+
+# The logged events drawn besides iterations and spans (module docstring), in the order
+# they are added (events starting at the same µs keep it).
+LOGGED: tuple[LoggedSpan | LoggedInstant, ...] = (
+    LoggedSpan("round", lambda r: f"round {int(r.round)}", "round", "t_start", "t_end",
+               ("round", "senders", "block_bytes", "bytes", "goodput_mbps")),
+    LoggedSpan("served", lambda r: f"serve round {int(r.round)}", "comm", "t_request",
+               "t_sent", ("round", "bytes")),
+    LoggedInstant("update", "update", "update",
+                  ("version", "from_ranks", "staleness", "discarded")),
+)
+
+
 def build_trace(workers: pd.DataFrame, queues: pd.DataFrame | None = None,
                 retrans: pd.DataFrame | None = None, *, t0: float | None = None,
-                host_ips: dict[str, str] | None = None) -> dict:
+                host_ips: dict[str, str] | None = None,
+                spans: Sequence[LoggedSpan | LoggedInstant] = ()) -> dict:
     """The run as Chrome trace-event JSON (a dict; see the module docstring).
 
     workers: all worker events, as `rundir.load_workers` returns them (columns `event`,
       `file` and the logged fields; `start` events name the processes, `iteration`,
-      `round`, `served` and `update` events become events).
+      `span` and the `LOGGED` events become events).
     queues: queues.csv rows (t, iface, backlog_pkts, drops; `switch` optional, else the
       part of iface before '-eth'); None = no switch tracks.
     retrans: `tcp.retransmissions`' retrans table (flow, src, dst, t, gap_s, seq, kind,
@@ -225,6 +264,7 @@ def build_trace(workers: pd.DataFrame, queues: pd.DataFrame | None = None,
     t0: epoch seconds of ts 0 (the manifest's start); default, or if any event is
       earlier, the earliest time in the inputs, so that no ts is negative.
     host_ips: {host name: dotted IP} (fabric.json), to put an RTO on its sender's track.
+    spans: more logged events to draw, after `LOGGED` (a job's own `trace_spans`).
     """
     workers = workers if workers is not None else pd.DataFrame({"event": []})
     if "event" not in workers:
@@ -236,103 +276,129 @@ def build_trace(workers: pd.DataFrame, queues: pd.DataFrame | None = None,
         rto = retrans[retrans["event"].astype(bool) & (retrans["kind"] == "rto")]
     times = _times(workers, queues, rto)
     earliest = min(times) if times else (t0 or 0.0)
-    start = min(t0, earliest) if t0 is not None else earliest
-    tr = _Trace(float(start))
+    tr = _Trace(float(min(t0, earliest) if t0 is not None else earliest))
+    pids = _rank_processes(tr, workers)
+    if len(workers):
+        _worker_events(tr, workers, pids.of_file, (*LOGGED, *spans))
+    if rto is not None and len(rto):
+        _rto_events(tr, rto, host_ips or {}, pids)
+    if queues is not None and len(queues):
+        _queue_events(tr, queues, pids)
+    return tr.result()
 
+
+class _Pids:
+    """The pids handed out so far: each rank file's, each host's first, the next free."""
+
+    def __init__(self) -> None:
+        self.of_file: dict[str, int] = {}
+        self.of_host: dict[str, int] = {}
+        self.next = 1
+
+    def take(self) -> int:
+        pid, self.next = self.next, self.next + 1
+        return pid
+
+
+def _rank_processes(tr: _Trace, workers: pd.DataFrame) -> _Pids:
+    """One process per rank file, by rank, with its "iterations" thread."""
+    pids = _Pids()
     procs = _process_names(workers) if len(workers) else []
-    pid_of_file, pid_of_host = {}, {}
     for i, (f, name, _rank, host) in enumerate(procs):
-        pid = i + 1
-        pid_of_file[f] = pid
-        if host and host not in pid_of_host:
-            pid_of_host[host] = pid
+        pid = pids.take()
+        pids.of_file[f] = pid
+        if host and host not in pids.of_host:
+            pids.of_host[host] = pid
         tr.name_process(pid, name, i)
         tr.name_thread(pid, ITER_TID, "iterations")
-    next_pid = len(procs) + 1
+    return pids
 
-    if len(workers):
-        its = training.iterations(workers)
-        for f, g in its.groupby("file", sort=False):
-            if str(f) in pid_of_file:
-                _iteration_events(tr, pid_of_file[str(f)],
-                                  g.sort_values(["t_start", "iteration"], kind="stable"))
-        ev = workers["event"]
-        for r in workers[ev == "round"].itertuples(index=False):
+
+def _worker_events(tr: _Trace, workers: pd.DataFrame, pid_of_file: dict,
+                   logged: Sequence[LoggedSpan | LoggedInstant]) -> None:
+    """Iterations, the logged spans and instants, and the apps' `span` events."""
+    its = training.iterations(workers)
+    for f, g in its.groupby("file", sort=False):
+        if str(f) in pid_of_file:
+            _iteration_events(tr, pid_of_file[str(f)],
+                              g.sort_values(["t_start", "iteration"], kind="stable"))
+    ev = workers["event"]
+    for decl in (d for d in logged if isinstance(d, LoggedSpan)):
+        for r in workers[ev == decl.event].itertuples(index=False):
             pid = pid_of_file.get(str(r.file))
-            t_s, t_e = _num(getattr(r, "t_start", None)), _num(getattr(r, "t_end", None))
+            t_s, t_e = _num(getattr(r, decl.start, None)), _num(getattr(r, decl.end, None))
             if pid and t_s is not None and t_e is not None:
-                tr.span(pid, ITER_TID, f"round {int(r.round)}", "round", t_s, t_e - t_s,
-                        {c: getattr(r, c, None) for c in ("round", "senders", "block_bytes",
-                                                          "bytes", "goodput_mbps")})
-        for r in workers[ev == "served"].itertuples(index=False):
-            pid = pid_of_file.get(str(r.file))
-            t_s, t_e = _num(getattr(r, "t_request", None)), _num(getattr(r, "t_sent", None))
-            if pid and t_s is not None and t_e is not None:
-                tr.span(pid, ITER_TID, f"serve round {int(r.round)}", "comm", t_s, t_e - t_s,
-                        {"round": r.round, "bytes": getattr(r, "bytes", None)})
-        span_rows = workers[ev == "span"].dropna(axis=1, how="all")
-        named = set()
-        for r in span_rows.to_dict("records"):
-            pid = pid_of_file.get(str(r.get("file")))
-            t_s, dur = _num(r.get("t")), _num(r.get("dur_s"))
-            if pid and t_s is not None and dur is not None:
-                if pid not in named:
-                    tr.name_thread(pid, SPAN_TID, "spans")
-                    named.add(pid)
-                tr.span(pid, SPAN_TID, str(r.get("name")), str(r.get("cat") or "span"),
-                        t_s, dur, {k: v for k, v in r.items() if k not in SPAN_FIELDS
-                                   and not (isinstance(v, float) and math.isnan(v))})
-        for r in workers[ev == "update"].itertuples(index=False):
+                tr.span(pid, ITER_TID, decl.label(r), decl.cat, t_s, t_e - t_s,
+                        {c: getattr(r, c, None) for c in decl.args})
+    _span_events(tr, workers[ev == "span"], pid_of_file)
+    for decl in (d for d in logged if isinstance(d, LoggedInstant)):
+        for r in workers[ev == decl.event].itertuples(index=False):
             pid = pid_of_file.get(str(r.file))
             if pid:
-                tr.instant(pid, ITER_TID, "update", "update", getattr(r, "t", None),
-                           {c: getattr(r, c, None) for c in ("version", "from_ranks",
-                                                             "staleness", "discarded")})
+                tr.instant(pid, ITER_TID, decl.label, decl.cat, getattr(r, "t", None),
+                           {c: getattr(r, c, None) for c in decl.args})
 
-    if rto is not None and len(rto):
-        host_of_ip = {ip: h for h, ip in (host_ips or {}).items()}
-        tcp_named = set()
-        for r in rto.itertuples(index=False):
-            ip = r.src if isinstance(r.src, str) else ip_to_str(int(r.src))
-            host = host_of_ip.get(ip)
-            key = host or ip
-            if key not in pid_of_host:
-                pid_of_host[key] = next_pid
-                tr.name_process(next_pid, f"{host} (host)" if host else ip, next_pid - 1)
-                next_pid += 1
-            pid = pid_of_host[key]
-            if pid not in tcp_named:
-                tr.name_thread(pid, TCP_TID, "TCP")
-                tcp_named.add(pid)
-            tr.instant(pid, TCP_TID, "RTO", "tcp", r.t,
-                       {"flow": r.flow, "gap_s": getattr(r, "gap_s", None),
-                        "seq": getattr(r, "seq", None)})
 
-    if queues is not None and len(queues):
-        q = queue_deltas(queues)
-        if "switch" not in q:
-            q = q.assign(switch=q["iface"].astype(str).str.split("-eth").str[0])
-        for sw, gs in q.groupby(q["switch"].astype(str), sort=True):
-            pid = next_pid
-            next_pid += 1
-            tr.name_process(pid, f"switch {sw}", pid - 1)
-            for j, (iface, g) in enumerate(gs.groupby(gs["iface"].astype(str), sort=True)):
-                g = g.sort_values("t", kind="stable")
-                tid = j + 1
-                tr.name_thread(pid, tid, f"{iface} drops")
-                v = pd.to_numeric(g["backlog_pkts"], errors="coerce").to_numpy(dtype=float)
-                t = g["t"].to_numpy(dtype=float)
-                # a counter track holds its last value: emit the changes (and the last)
-                keep = np.ones(len(v), dtype=bool)
-                keep[1:] = v[1:] != v[:-1]
-                keep[-1] = True
-                for tt, vv in zip(t[keep], v[keep], strict=True):
-                    if math.isfinite(vv):
-                        tr.counter(pid, f"{iface} queue", tt, "packets", vv)
-                d = g["d_drops"].to_numpy(dtype=float)
-                for tt, dd in zip(t[d > 0], d[d > 0], strict=True):
-                    tr.instant(pid, tid, "drop", "queue", tt, {"drops": dd, "iface": iface})
-    return tr.result()
+def _span_events(tr: _Trace, rows: pd.DataFrame, pid_of_file: dict) -> None:
+    """The apps' own `span` events, on thread 3 "spans" of their rank's process."""
+    named = set()
+    for r in rows.dropna(axis=1, how="all").to_dict("records"):
+        pid = pid_of_file.get(str(r.get("file")))
+        t_s, dur = _num(r.get("t")), _num(r.get("dur_s"))
+        if pid and t_s is not None and dur is not None:
+            if pid not in named:
+                tr.name_thread(pid, SPAN_TID, "spans")
+                named.add(pid)
+            tr.span(pid, SPAN_TID, str(r.get("name")), str(r.get("cat") or "span"),
+                    t_s, dur, {k: v for k, v in r.items() if k not in SPAN_FIELDS
+                               and not (isinstance(v, float) and math.isnan(v))})
+
+
+def _rto_events(tr: _Trace, rto: pd.DataFrame, host_ips: dict, pids: _Pids) -> None:
+    """An "RTO" instant per RTO firing on thread 2 "TCP" of its sending host."""
+    host_of_ip = {ip: h for h, ip in host_ips.items()}
+    tcp_named = set()
+    for r in rto.itertuples(index=False):
+        ip = r.src if isinstance(r.src, str) else ip_to_str(int(r.src))
+        host = host_of_ip.get(ip)
+        key = host or ip
+        if key not in pids.of_host:
+            pid = pids.take()
+            pids.of_host[key] = pid
+            tr.name_process(pid, f"{host} (host)" if host else ip, pid - 1)
+        pid = pids.of_host[key]
+        if pid not in tcp_named:
+            tr.name_thread(pid, TCP_TID, "TCP")
+            tcp_named.add(pid)
+        tr.instant(pid, TCP_TID, "RTO", "tcp", r.t,
+                   {"flow": r.flow, "gap_s": getattr(r, "gap_s", None),
+                    "seq": getattr(r, "seq", None)})
+
+
+def _queue_events(tr: _Trace, queues: pd.DataFrame, pids: _Pids) -> None:
+    """One process per switch: a backlog counter and a drops thread per port."""
+    q = queue_deltas(queues)
+    if "switch" not in q:
+        q = q.assign(switch=q["iface"].astype(str).str.split("-eth").str[0])
+    for sw, gs in q.groupby(q["switch"].astype(str), sort=True):
+        pid = pids.take()
+        tr.name_process(pid, f"switch {sw}", pid - 1)
+        for j, (iface, g) in enumerate(gs.groupby(gs["iface"].astype(str), sort=True)):
+            g = g.sort_values("t", kind="stable")
+            tid = j + 1
+            tr.name_thread(pid, tid, f"{iface} drops")
+            v = pd.to_numeric(g["backlog_pkts"], errors="coerce").to_numpy(dtype=float)
+            t = g["t"].to_numpy(dtype=float)
+            # a counter track holds its last value: emit the changes (and the last)
+            keep = np.ones(len(v), dtype=bool)
+            keep[1:] = v[1:] != v[:-1]
+            keep[-1] = True
+            for tt, vv in zip(t[keep], v[keep], strict=True):
+                if math.isfinite(vv):
+                    tr.counter(pid, f"{iface} queue", tt, "packets", vv)
+            d = g["d_drops"].to_numpy(dtype=float)
+            for tt, dd in zip(t[d > 0], d[d > 0], strict=True):
+                tr.instant(pid, tid, "drop", "queue", tt, {"drops": dd, "iface": iface})
 
 
 def write_trace(path, trace: dict) -> Path:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from incastlab.topologies.fabricmap import FabricMap
-
 ITER_COLUMNS = ["file", "rank", "iteration", "t_start", "t_end", "duration_s", "compute_s",
                 "slowdown_s", "t_push",
                 "comm_s", "wait_s", "push_s", "pull_s", "allreduce_s", "bytes_sent",
@@ -45,7 +43,7 @@ def iterations(workers: pd.DataFrame) -> pd.DataFrame:
     # iteration events carry no rank: take it from the file's start event, else the
     # file name (`workers/<rank>.jsonl`)
     start_rank = {r["file"]: r["rank"] for _, r in s.iterrows()} if "rank" in s else {}
-    it["rank"] = [_as_rank(start_rank.get(f, f)) if pd.isna(r) else _as_rank(r)
+    it["rank"] = [as_rank(start_rank.get(f, f)) if pd.isna(r) else as_rank(r)
                   for f, r in zip(it["file"], it["rank"], strict=True)]
     it["host"] = [_host(r) for r in (s.set_index("file").reindex(it["file"]).to_dict("records")
                                      if len(s) else [{}] * len(it))]
@@ -53,7 +51,8 @@ def iterations(workers: pd.DataFrame) -> pd.DataFrame:
     return it[ITER_COLUMNS].sort_values(["t_start", "rank"], kind="stable").reset_index(drop=True)
 
 
-def _as_rank(x):
+def as_rank(x):
+    """A logged rank as an int, or as text when it is not a number."""
     try:
         return int(x)
     except (TypeError, ValueError):
@@ -180,68 +179,12 @@ def _mean(s):
     return float(s.mean()) if len(s) else None
 
 
-def staleness(workers: pd.DataFrame) -> pd.Series:
-    """Staleness values (model versions behind) from PS `update` events, else from
-    worker `iteration` events."""
-    if workers.empty:
-        return pd.Series(dtype=float)
-    up = workers[workers["event"] == "update"]
-    if "staleness" in up and up["staleness"].notna().any():
-        vals = [x for v in up["staleness"].dropna()
-                for x in (v if isinstance(v, list) else [v])]
-        return pd.Series(vals, dtype=float)
-    it = workers[workers["event"] == "iteration"]
-    if "staleness" in it:
-        return pd.to_numeric(it["staleness"], errors="coerce").dropna().astype(float)
-    return pd.Series(dtype=float)
-
-
 def loss_curve(workers: pd.DataFrame) -> pd.DataFrame:
     """Training loss over time: columns t (s), rank, iteration, loss."""
     it = iterations(workers)
     it = it[pd.to_numeric(it["loss"], errors="coerce").notna()]
     return pd.DataFrame({"t": it["t_end"], "rank": it["rank"], "iteration": it["iteration"],
                          "loss": it["loss"].astype(float)})
-
-
-def ring_bound(workers: pd.DataFrame, fabric: FabricMap | None) -> pd.DataFrame:
-    """Ring all-reduce time vs the bandwidth bound 2(N-1)/N * M / B.
-
-    M = gradient_bytes from the start events, N = world_size, B = the host link rate
-    (fabric.json, Mbit/s -> bytes/s). Columns: rank, iteration, allreduce_s, bound_s,
-    ratio (allreduce_s / bound_s; 1.0 is optimal).
-    """
-    it = iterations(workers)
-    s = starts(workers)
-    if it.empty or it["allreduce_s"].isna().all() or s.empty:
-        return pd.DataFrame(columns=["rank", "iteration", "allreduce_s", "bound_s", "ratio"])
-    n = pd.to_numeric(s.get("world_size"), errors="coerce").dropna()
-    m = pd.to_numeric(s.get("gradient_bytes"), errors="coerce").dropna()
-    # each host's rate is that of its own link (its egress towards its leaf)
-    rates = [fabric.link_of_iface(h.intf).bw_mbps for h in fabric.hosts] if fabric else []
-    if not len(n) or not len(m) or not rates:
-        bound = np.nan
-    else:
-        big_n, big_m, b = float(n.max()), float(m.max()), min(rates) * 1e6 / 8
-        bound = 2 * (big_n - 1) / big_n * big_m / b
-    out = it[["rank", "iteration", "allreduce_s"]].dropna().copy()
-    out["bound_s"] = bound
-    out["ratio"] = out["allreduce_s"] / bound if bound == bound and bound > 0 else np.nan
-    return out.reset_index(drop=True)
-
-
-def incast_rounds(workers: pd.DataFrame) -> pd.DataFrame:
-    """Incast benchmark `round` events: round, t_start, t_end, senders, block_bytes, bytes,
-    goodput_mbps."""
-    if workers.empty or not (workers["event"] == "round").any():
-        return pd.DataFrame(columns=["round", "t_start", "t_end", "senders", "block_bytes",
-                                     "bytes", "goodput_mbps"])
-    r = workers[workers["event"] == "round"]
-    cols = ["round", "t_start", "t_end", "senders", "block_bytes", "bytes", "goodput_mbps"]
-    for c in cols:
-        if c not in r:
-            r = r.assign(**{c: np.nan})
-    return r[cols].reset_index(drop=True)
 
 
 def finals(workers: pd.DataFrame) -> pd.DataFrame:
@@ -275,25 +218,3 @@ def per_worker(iters: pd.DataFrame, steps_df: pd.DataFrame) -> pd.DataFrame:
     strag = steps_df["straggler"].value_counts() if len(steps_df) else pd.Series(dtype=int)
     out["straggler_steps"] = [int(strag.get(r, 0)) for r in out.index]
     return out.reset_index()
-
-
-def discarded(workers: pd.DataFrame) -> pd.DataFrame:
-    """Gradients a backup-worker PS dropped, per worker rank (from `update` events'
-    `discarded` lists, or the servers' `final` `discarded_by_rank`)."""
-    if workers.empty:
-        return pd.DataFrame(columns=["rank", "discarded"])
-    counts: dict = {}
-    fin = workers[workers["event"] == "final"]
-    if "discarded_by_rank" in fin and fin["discarded_by_rank"].notna().any():
-        for d in fin["discarded_by_rank"].dropna():
-            if isinstance(d, dict):
-                for r, k in d.items():
-                    counts[_as_rank(r)] = counts.get(_as_rank(r), 0) + int(k)
-    else:
-        up = workers[workers["event"] == "update"]
-        if "discarded" in up:
-            for lst in up["discarded"].dropna():
-                for r in (lst if isinstance(lst, list) else [lst]):
-                    counts[_as_rank(r)] = counts.get(_as_rank(r), 0) + 1
-    return pd.DataFrame(sorted(counts.items(), key=lambda kv: str(kv[0])),
-                        columns=["rank", "discarded"])

@@ -6,9 +6,12 @@ only it, can be killed. `LocalJob` is a context manager: leaving it kills whatev
 own is still running.
 
     with LocalJob(out_dir) as job:
-        for rank, argv in enumerate(ps_argv(workers=3, out=out_dir, port=free_port())):
+        for rank, argv in enumerate(loopback_argv(build, 3, out_dir, free_port())):
             job.start(rank, argv)
         codes = job.wait(timeout=120)
+
+`build` is a job's argv builder (e.g. incastlab.jobs.ps.ps_commands, or
+`functools.partial(one_rank_per_host, "incastlab.apps.tensor")`).
 """
 from __future__ import annotations
 
@@ -19,9 +22,9 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from .commands import Endpoint, ps_commands, ring_commands
+from .commands import Endpoint
 
 LOOPBACK = "127.0.0.1"
 
@@ -33,19 +36,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def ps_argv(workers: int, out: str | Path, port: int, shards: int = 1,
-            extra: list[str] | None = None) -> list[list[str]]:
-    """Command lines of a PS job: ranks 0..shards-1 servers, then `workers` workers."""
-    hosts = [Endpoint(LOOPBACK, "lo")] * (shards + workers)
-    return [argv + list(extra or [])
-            for argv in ps_commands(hosts, str(out), port, {"shards": shards})]
-
-
-def ring_argv(ranks: int, out: str | Path, port: int, extra: list[str] | None = None
-              ) -> list[list[str]]:
-    """Command lines of a ring all-reduce job of `ranks` ranks."""
+def loopback_argv(build: Callable[..., list[list[str]]], ranks: int, out: str | Path,
+                  port: int, options: dict[str, Any] | None = None,
+                  extra: list[str] | None = None) -> list[list[str]]:
+    """The command lines `build(hosts, out, port, options)` gives for `ranks` processes on
+    loopback (127.0.0.1, interface lo), each with `extra` arguments appended."""
     hosts = [Endpoint(LOOPBACK, "lo")] * ranks
-    return [argv + list(extra or []) for argv in ring_commands(hosts, str(out), port, {})]
+    return [argv + list(extra or []) for argv in build(hosts, str(out), port, options or {})]
 
 
 class LocalJob:

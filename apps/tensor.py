@@ -43,7 +43,7 @@ from torch import nn
 
 from . import common
 from .model import BYTES_PER_PARAM, CLASSES, INPUTS, Digits, param_count, params_digest
-from .ring import gloo_allreduce, ring_allreduce
+from .collectives import gloo_allreduce, ring_allreduce
 
 PROG = "incastlab.apps.tensor"
 EXPANSION = 4        # the block's inner width is 4 H, as in a transformer's MLP

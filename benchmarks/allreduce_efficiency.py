@@ -17,11 +17,11 @@ For a gradient of M bytes (default 4 MiB) and N ranks on links of B bit/s:
   (`incastlab.apps.ring.allreduce`): recursive
   halving-doubling, the pipelined binary tree and the leaf-aware hierarchical one (rank
   r's leaf is that of the host it runs on), each against its own bound from
-  `analysis.costmodel.allreduce_bound`, which already counts the framing (and the
+  `analysis.allreduce_bound`, which already counts the framing (and the
   fabric: 2 spines, uplinks at 3 x the host rate, so the host links bind);
 - `alltoall` (with `--algos all` or by name): the MoE pattern, a dispatch all-to-all
   (gloo's `all_to_all_single`, every rank sending M/N to every other) then the combine
-  back, against `analysis.costmodel.alltoall_bound` (each exchange at its busiest link);
+  back, against `analysis.alltoall_bound` (each exchange at its busiest link);
   `alltoall-pairwise` the same through our pairwise exchange (`apps/alltoall.py`: N-1
   steps, one flow per host link each way), against the same bound.
 
@@ -104,7 +104,8 @@ def child_main(argv: list[str]) -> int:
 
     from incastlab.apps import common
     from incastlab.apps.alltoall import alltoall
-    from incastlab.apps.ring import allreduce, gloo_allreduce, leaf_list, ring_allreduce
+    from incastlab.apps.collectives import allreduce, gloo_allreduce, ring_allreduce
+    from incastlab.apps.ring import leaf_list
 
     p = argparse.ArgumentParser(prog="allreduce_efficiency --child")
     p.add_argument("--child", choices=ALGOS, required=True)
@@ -235,8 +236,9 @@ def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path
     hosts a leaf and a fabric that does not bind (2 spines at 3 x the host rate).
     `mtu`: the links' MTU (bytes), which sets the bounds' framing (costmodel).
     """
-    from incastlab.analysis import costmodel
-    from incastlab.apps.ring import tree_slices
+    from incastlab.jobs.moe_bound import alltoall_bound
+    from incastlab.jobs.ring_bound import allreduce_bound
+    from incastlab.apps.collectives import tree_slices
 
     leaves = leaves or [f"lf{i // PER_LEAF + 1}" for i in range(len(hosts))]
     spines, fabric_mbps = fabric or (2, PER_LEAF * bandwidth_mbps)
@@ -287,14 +289,14 @@ def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path
             elif algo in ALLTOALLS:
                 block = (m // 4 // n) * 4
                 mat = [[0 if i == j else block for j in range(n)] for i in range(n)]
-                bound = costmodel.alltoall_bound(mat, bandwidth_mbps, leaves=leaves[:n],
+                bound = alltoall_bound(mat, bandwidth_mbps, leaves=leaves[:n],
                                                  spines=spines, fabric_mbps=fabric_mbps,
                                                  mtu=mtu)
                 results.append(Result(algo, n, m, step, bound.seconds, cpu=cpu,
                                       framed_bound_s=bound.seconds, formula=bound.formula,
                                       idle_share=idle))
             else:
-                bound = costmodel.allreduce_bound(
+                bound = allreduce_bound(
                     "ring" if algo == "gloo" else algo, n, m, bandwidth_mbps,
                     leaves=leaves[:n], spines=spines, fabric_mbps=fabric_mbps,
                     slices=tree_slices(m), mtu=mtu)

@@ -40,11 +40,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from incastlab.analysis.costmodel import bubble_fraction
 from incastlab.apps import pipeline as pp
-from incastlab.apps.commands import Endpoint, pipeline_commands
+from incastlab.apps.commands import Endpoint
 from incastlab.apps.local import LocalJob, free_port, read_jsonl
-from incastlab.jobs.pipeline import bubble_table, spans, steady
+from incastlab.jobs.pipeline import bubble_table, pipeline_commands, spans, steady
+from incastlab.jobs.pipeline_bound import bubble_fraction
 
 
 def run_once(out: Path, stages: int, m: int, kind: str, args) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""The all-reduce algorithms of apps/ring.py on loopback, for N = 2..8.
+"""The all-reduce algorithms of apps/collectives.py on loopback, for N = 2..8.
 
 One job of 8 processes runs every algorithm for every N (ranks >= N sit the case out:
 the algorithms only talk to the ranks they are given) on the same tensors as
@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from incastlab.apps.local import LocalJob, events, free_port, read_jsonl, ring_argv
-from incastlab.apps.ring import leaf_groups, parse_args, tree_height, tree_slices
+from incastlab.apps.local import LocalJob, events, free_port, read_jsonl
+from incastlab.jobs.ring import ring_argv
+from incastlab.apps.collectives import leaf_groups, tree_height, tree_slices
+from incastlab.apps.ring import parse_args
 
 WORLD = 8
 NUMELS = (1001, 4096, 100003)  # uneven splits; 100003 gives the tree and ring many slices
@@ -30,7 +32,7 @@ LAYOUTS = {  # hierarchical: the leaf of rank r
 CHECK = r"""
 import datetime, hashlib, json, os, sys
 import torch, torch.distributed as dist
-from incastlab.apps.ring import allreduce
+from incastlab.apps.collectives import allreduce
 rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 layouts = json.loads(sys.argv[5])
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,

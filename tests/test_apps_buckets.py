@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from incastlab.apps.local import LocalJob, events, free_port, read_jsonl, ring_argv
+from incastlab.apps.local import LocalJob, events, free_port, read_jsonl
+from incastlab.jobs.ring import ring_argv
 from incastlab.apps.ring import assign_buckets, layer_bounds
 
 

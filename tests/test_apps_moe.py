@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from incastlab.apps.commands import Endpoint, moe_commands
+from incastlab.apps.commands import Endpoint
 from incastlab.apps.local import LocalJob, events, free_port, read_jsonl
 from incastlab.apps import moe_learned as learned
 from incastlab.apps.moe import (capacity, dispatch_plan, expert_weights, parse_args, route,
                                   zipf_probs)
+from incastlab.jobs.moe import moe_commands
 
 
 def run_on_loopback(tmp_path: Path, world: int, options: dict) -> list[list[dict]]:

@@ -15,9 +15,10 @@ import torch
 from torch import nn
 
 from incastlab.apps import pipeline as pp
-from incastlab.apps.commands import Endpoint, pipeline_commands
+from incastlab.apps.commands import Endpoint
 from incastlab.apps.local import LocalJob, events, free_port, read_jsonl
 from incastlab.apps.model import Digits, mlp_stack, partition, stage_module
+from incastlab.jobs.pipeline import pipeline_commands
 
 MATRIX = list(itertools.product(range(2, 9), range(1, 17)))  # S = 2..8, M = 1..16
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from incastlab.apps.local import LocalJob, events, free_port, ps_argv, read_jsonl
+from incastlab.apps.local import LocalJob, events, free_port, read_jsonl
+from incastlab.jobs.ps import ps_argv
 
 SMALL = ["--model-size", "0.02", "--timeout", "30"]
 JOB_TIMEOUT = 120  # seconds for a whole job, far above the ~10 s it takes

@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from incastlab.apps.local import LocalJob, events, free_port, read_jsonl, ring_argv
+from incastlab.apps.local import LocalJob, events, free_port, read_jsonl
+from incastlab.jobs.ring import ring_argv
 
 CHECK = r"""
 import datetime, hashlib, json, os, sys
 import torch, torch.distributed as dist
-from incastlab.apps.ring import ring_allreduce
+from incastlab.apps.collectives import ring_allreduce
 rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                         world_size=world, timeout=datetime.timedelta(seconds=30))

@@ -5,7 +5,9 @@ import math
 import sys
 from pathlib import Path
 
-from incastlab.apps.local import LocalJob, events, free_port, ps_argv, read_jsonl, ring_argv
+from incastlab.apps.local import LocalJob, events, free_port, read_jsonl
+from incastlab.jobs.ps import ps_argv
+from incastlab.jobs.ring import ring_argv
 
 REQUIRED = {  # docs/run-directory.md, `workers/<rank>.jsonl`
     "start": {"role", "rank", "world_size", "mode", "param_count", "gradient_bytes", "host",

@@ -11,9 +11,10 @@ import torch
 from torch import nn
 
 from incastlab.apps import tensor as tp
-from incastlab.apps.commands import Endpoint, tensor_commands
+from incastlab.apps.commands import Endpoint
 from incastlab.apps.local import LocalJob, events, free_port, read_jsonl
 from incastlab.apps.model import Digits, param_count
+from incastlab.jobs.tensor import tensor_commands
 
 
 def test_width_matches_the_requested_size():

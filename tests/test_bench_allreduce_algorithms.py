@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from incastlab.analysis import costmodel
+from incastlab.jobs.ring_bound import allreduce_bound
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "allreduce_efficiency.py"
 
@@ -29,7 +30,7 @@ def test_every_algorithm_against_its_own_bound_on_loopback(tmp_path: Path) -> No
     # N = 3 on loopback's pretend leaves of three: all on lf1, so no fabric term
     leaves = ["lf1"] * 3
     for algo, r in got.items():
-        want = costmodel.allreduce_bound(algo, 3, 40000, 50, leaves=leaves, spines=2,
+        want = allreduce_bound(algo, 3, 40000, 50, leaves=leaves, spines=2,
                                          fabric_mbps=150, slices=2).seconds
         assert r["framed_bound_s"] == pytest.approx(want), algo
         assert r["framed_ratio"] == pytest.approx(r["median_s"] / want)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from incastlab.apps.local import LocalJob, events, free_port, ps_argv, read_jsonl
+from incastlab.apps.local import LocalJob, events, free_port, read_jsonl
+from incastlab.jobs.ps import ps_argv
 
 TIMEOUT = 20.0
 COMMON = ["--model-size", "0.02", "--timeout", f"{TIMEOUT:g}", "--compute-ms", "20"]

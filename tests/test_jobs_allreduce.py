@@ -13,6 +13,7 @@ from incastlab.analysis.report import analyse
 from incastlab.analysis.synthetic import demo_fabric, make_run_dir
 from incastlab.apps import ring as ring_app
 from incastlab.jobs import ring as ring_job
+from incastlab.jobs import ring_bound as ring_bounds
 from incastlab.spec import SpecError, load_spec
 
 IPS = {f"h{n}": f"10.0.{(n - 1) // 2 + 1}.{(n - 1) % 2 + 1}" for n in range(1, 9)}
@@ -29,7 +30,7 @@ def _opt(argv, flag):
 
 
 def test_the_three_lists_of_algorithms_agree():
-    assert ring_job.ALGORITHMS == ring_app.ALGORITHMS == costmodel.ALLREDUCE_ALGORITHMS
+    assert ring_job.ALGORITHMS == ring_app.ALGORITHMS == ring_bounds.ALGORITHMS
 
 
 @pytest.mark.parametrize("algo", ["ring", "halving-doubling", "tree", "hierarchical"])

@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from incastlab.analysis import costmodel as cm
+from incastlab.jobs.pipeline_bound import bubble_fraction, pipeline_bound
+from incastlab.jobs.tensor_bound import tensor_bound
 from incastlab.analysis.report import analyse, build_report
 from incastlab.analysis.synthetic import demo_fabric, make_run_dir
 from incastlab.apps import pipeline as pp
@@ -26,20 +27,20 @@ T0 = 1_700_000_000.0
 # ----------------------------------------------------------------------------- cost model
 
 def test_bubble_fraction_by_hand():
-    assert cm.bubble_fraction(4, 8) == pytest.approx(3 / 11)
-    assert cm.bubble_fraction(4, 1) == pytest.approx(0.75)
-    assert cm.bubble_fraction(2, 1) == pytest.approx(0.5)
-    assert cm.bubble_fraction(8, 16) == pytest.approx(7 / 23)
-    assert cm.bubble_fraction(1, 5) == 0  # one stage: nothing to wait for
+    assert bubble_fraction(4, 8) == pytest.approx(3 / 11)
+    assert bubble_fraction(4, 1) == pytest.approx(0.75)
+    assert bubble_fraction(2, 1) == pytest.approx(0.5)
+    assert bubble_fraction(8, 16) == pytest.approx(7 / 23)
+    assert bubble_fraction(1, 5) == 0  # one stage: nothing to wait for
     with pytest.raises(ValueError, match="micro_batches"):
-        cm.bubble_fraction(4, 0)
+        bubble_fraction(4, 0)
 
 
 def test_pipeline_bound_on_one_leaf_by_hand():
     """S = 4, M = 8, 14,480 B per message at 20 Mbit/s: 14,480·F = 15,140 wire bytes,
     6.056 ms; 3 boundaries, one message each way on the critical path: 36.336 ms. The
     bubble (S−1)(t_f+t_b) = 3 × 60 ms; the step 11 × 60 ms + 36.336 ms."""
-    b = cm.pipeline_bound(4, 8, 14_480, 20.0, fwd_s=0.02, bwd_s=0.04)
+    b = pipeline_bound(4, 8, 14_480, 20.0, fwd_s=0.02, bwd_s=0.04)
     assert b.terms["per_message"] == pytest.approx(0.006056)
     assert b.seconds == pytest.approx(0.036336)
     assert b.terms["schedule"] == pytest.approx(0.18)
@@ -53,24 +54,24 @@ def test_pipeline_bound_across_leaves_and_with_latency():
     spine at 10 Mbit/s (12.112 ms), boundary 1 stays in lf2 at 20 (6.056 ms); α = 1 ms
     per message adds 2 × 3 ms."""
     leaves = ["lf1", "lf2", "lf2", "lf3"]
-    b = cm.pipeline_bound(4, 8, 14_480, 20.0, fwd_s=0.02, bwd_s=0.04, leaves=leaves,
+    b = pipeline_bound(4, 8, 14_480, 20.0, fwd_s=0.02, bwd_s=0.04, leaves=leaves,
                           fabric_mbps=10.0)
     assert b.seconds == pytest.approx(2 * (0.012112 + 0.006056 + 0.012112))
     assert b.terms["per_message"] == pytest.approx(0.012112)
-    lat = cm.pipeline_bound(4, 8, 14_480, 20.0, leaves=leaves, fabric_mbps=10.0,
+    lat = pipeline_bound(4, 8, 14_480, 20.0, leaves=leaves, fabric_mbps=10.0,
                             alpha_s=0.001)
     assert lat.seconds == pytest.approx(b.seconds + 0.006)
     assert lat.terms["schedule"] == 0  # no compute given: no bubble
     with pytest.raises(ValueError, match="fabric_mbps"):
-        cm.pipeline_bound(2, 1, 1000, 20.0, leaves=["lf1", "lf2"])
+        pipeline_bound(2, 1, 1000, 20.0, leaves=["lf1", "lf2"])
     with pytest.raises(ValueError, match="host_mbps"):
-        cm.pipeline_bound(3, 1, 1000, [20.0, 20.0])
+        pipeline_bound(3, 1, 1000, [20.0, 20.0])
 
 
 def test_tensor_bound_bandwidth_dominated_by_hand():
     """T = 2, 1 MB all-reduces at 20 Mbit/s, α = 1 ms, 4 of them: each ring sends
     2(T−1)/T·n = 1 MB per rank: 0.4 s·FA, plus 2(T−1)α = 2 ms."""
-    b = cm.tensor_bound(2, 1_000_000, 20.0, collectives=4, alpha_s=0.001)
+    b = tensor_bound(2, 1_000_000, 20.0, collectives=4, alpha_s=0.001)
     one = 0.4 * FA + 0.002
     assert b.terms["per_collective"] == pytest.approx(one)
     assert b.seconds == pytest.approx(4 * one)
@@ -82,7 +83,7 @@ def test_tensor_bound_bandwidth_dominated_by_hand():
 def test_tensor_bound_latency_dominated_by_hand():
     """T = 4, 8,000 B at 200 Mbit/s (25 MB/s), α = 0.5 ms: bytes 2·3/4·8,000·FA/25e6 =
     0.5128 ms, latency 2·3·0.5 = 3 ms per all-reduce: the latency term sets it."""
-    b = cm.tensor_bound(4, 8_000, 200.0, collectives=2, alpha_s=0.0005)
+    b = tensor_bound(4, 8_000, 200.0, collectives=2, alpha_s=0.0005)
     assert b.terms["per_collective"] == pytest.approx(12_000 * FA / 25e6 + 0.003)
     assert b.bottleneck == "latency"
     assert b.terms["latency"] == pytest.approx(0.006)

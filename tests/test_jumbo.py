@@ -7,6 +7,7 @@ import json
 import pytest
 
 from incastlab.analysis import costmodel
+from incastlab.jobs.ring_bound import ring_bound
 from incastlab.topologies import fabricmap
 from incastlab.topologies.fabricmap import FabricError, FabricMap
 from incastlab.topologies.leafspine import LeafSpineTopo, StarTopo, TopologyError
@@ -38,8 +39,8 @@ def test_framing_factors_at_1500_and_9000():
 
 def test_a_ring_bound_is_smaller_with_jumbo_frames_by_the_framing_ratio():
     # 4 ranks, 1 MB, 8 Mbit/s: 2(N-1)/N * M * f' / B; only f' changes with the MTU
-    small = costmodel.ring_bound(4, 1e6, 8.0, mtu=1500).seconds
-    jumbo = costmodel.ring_bound(4, 1e6, 8.0, mtu=9000).seconds
+    small = ring_bound(4, 1e6, 8.0, mtu=1500).seconds
+    jumbo = ring_bound(4, 1e6, 8.0, mtu=9000).seconds
     assert small == pytest.approx(1.5e6 * costmodel.ack_framing(1500) / 1e6)
     assert jumbo / small == pytest.approx(costmodel.ack_framing(9000)
                                           / costmodel.ack_framing(1500))

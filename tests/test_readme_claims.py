@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from incastlab.analysis import costmodel as cm
+from incastlab.jobs import ps_bound as ps_bounds
+from incastlab.jobs import ring_bound as ring_bounds
 from incastlab.fabric import storm_limit_pps
 from incastlab.spec import loads_spec
 
@@ -55,8 +57,8 @@ def test_demo_table_states_its_configuration():
 def test_demo_bounds_are_the_cost_models():
     workers, model_bytes, rate = _demo()
     ps, ring = _demo_row("sync PS"), _demo_row("ring")
-    ps_bound = cm.ps_bound(workers, 1, model_bytes, rate)
-    ring_bound = cm.ring_bound(workers, model_bytes, rate)
+    ps_bound = ps_bounds.ps_bound(workers, 1, model_bytes, rate)
+    ring_bound = ring_bounds.ring_bound(workers, model_bytes, rate)
     assert _agrees(ps_bound.seconds, ps[1].removesuffix(" s")), (ps_bound.seconds, ps[1])
     assert _agrees(ring_bound.seconds, ring[1].removesuffix(" s")), (ring_bound.seconds, ring)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from incastlab.analysis import costmodel as cm
+from incastlab.jobs.ring_bound import allreduce_bound
 from incastlab.apps import moe as moe_app
 from incastlab.apps import pipeline as pp
 from incastlab.apps import ps as ps_app
@@ -42,7 +42,7 @@ def _shipped_allreduce_bounds():
         t, w = point.topology, point.workload
         hosts = list(point.placement().workers)
         nbytes = 4 * w.model_size
-        out[w.algorithm] = cm.allreduce_bound(
+        out[w.algorithm] = allreduce_bound(
             w.algorithm, len(hosts), nbytes, [t.host_bw_mbps] * len(hosts),
             leaves=ring_job.leaf_names(point, hosts), spines=t.spines,
             fabric_mbps=t.fabric_bw_mbps, slices=ring_app.tree_slices(nbytes)).seconds

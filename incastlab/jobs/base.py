@@ -33,6 +33,10 @@ from incastlab.fields import did_you_mean, int_check, is_int, is_num, num_check,
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from collections.abc import Callable, Mapping
 
+# Where rank 0 of a torch.distributed job hosts its rendezvous (the apps' --master);
+# each job runs on hosts of its own, so one port serves every kind.
+RENDEZVOUS_PORT = 29500
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -79,6 +83,9 @@ class Job:
     progress_event: ClassVar[str] = "iteration"   # the JSONL event one step logs
     host_count_fields: ClassVar[tuple[str, ...]] = ("workers",)  # fields roles() reads
     logged_modes: ClassVar[tuple[str, ...]] = ()  # `mode` values its apps' start events log
+    # Logged events of its own for the Perfetto trace, beyond those analysis.trace.LOGGED
+    # draws (analysis.trace.LoggedSpan / LoggedInstant; passed as build_trace(spans=...)).
+    trace_spans: ClassVar[tuple] = ()
 
     # -- spec ------------------------------------------------------------------------
     def roles(self, w) -> Roles:

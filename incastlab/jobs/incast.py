@@ -6,9 +6,10 @@ cost model."""
 from __future__ import annotations
 
 import html
+import sys
 from dataclasses import dataclass
 
-from incastlab.apps.commands import WORKLOADS as APP_COMMANDS
+from incastlab.apps.commands import Endpoint, iface_args, option_args
 from incastlab.fields import int_check, spec_field
 from incastlab.jobs import reporting as rep
 from incastlab.jobs import runview
@@ -99,7 +100,7 @@ class IncastJob(Job):
         options = {"block_size": w.block_bytes, "rounds": w.rounds,
                    "timeout": f"{w.timeout_s:g}",
                    "rto_min_ms": f"{w.rto_min_ms:g}" if w.rto_min_ms is not None else None}
-        argvs = APP_COMMANDS["incast"](endpoints(ips, hosts), out_dir, INCAST_PORT, options)
+        argvs = incast_commands(endpoints(ips, hosts), out_dir, INCAST_PORT, options)
         client = Launch(hosts[0], argvs[0], 0, "client", True)
         servers = [Launch(host, argv, rank, "incast-server", False)
                    for rank, (host, argv) in enumerate(zip(hosts[1:], argvs[1:], strict=True),
@@ -109,7 +110,9 @@ class IncastJob(Job):
     # -- analysis --------------------------------------------------------------------
     def bound(self, a):
         """One round: N blocks through the receiver's port (the incast queue), each
-        sender's own link and the uplinks (analysis.costmodel.incast_bound)."""
+        sender's own link and the uplinks (jobs/incast_bound.py)."""
+        from incastlab.jobs.incast_bound import incast_bound
+
         w, p = runview.workload(a), runview.placed(a)
         if p is None or a.fabric is None or not p.servers or not p.workers:
             return None
@@ -123,8 +126,8 @@ class IncastJob(Job):
                   "receiver_leaf": runview.leaf_of(a, receiver), "spines": spines,
                   "fabric_mbps": a.fabric.fabric_bw_mbps} \
             if spines and a.fabric.fabric_bw_mbps else {}
-        return rep.costmodel.incast_bound(len(p.workers), float(w.block_bytes), b_r,
-                                          sender_mbps=rates, mtu=runview.mtu(a), **fabric)
+        return incast_bound(len(p.workers), float(w.block_bytes), b_r, sender_mbps=rates,
+                            mtu=runview.mtu(a), **fabric)
 
     def attribution_rows(self, a):
         """Each round, at the receiver: every block's flow ends at its host."""
@@ -134,13 +137,16 @@ class IncastJob(Job):
         return rounds, []
 
     def tables(self, a) -> dict:
-        return {"rounds": rep.training.incast_rounds(a.tables["workers_raw"])}
+        from incastlab.jobs.incast_tables import incast_rounds
+
+        return {"rounds": incast_rounds(a.tables["workers_raw"])}
 
     def plots(self, a) -> dict:
         r = a.tables["retrans"]
         rto = r.loc[r["event"].astype(bool) & (r["kind"] == "rto"), "t"] if len(r) else []
-        return {"incast": lambda path: rep.plotting.incast_goodput(a.tables["rounds"], path,
-                                                                   rto)}
+        from incastlab.jobs.incast_figures import incast_goodput
+
+        return {"incast": lambda path: incast_goodput(a.tables["rounds"], path, rto)}
 
     def sections(self, a, figs) -> list[Section]:
         if a.tables["rounds"].empty:
@@ -172,3 +178,25 @@ class IncastJob(Job):
                                     strict=True)) if len(rto) else 0
         return collapse_condition(len(p.workers), float(w.block_bytes), link, w.rto_min_ms,
                                   r["goodput_mbps"].astype(float).tolist(), hit)
+
+
+def incast_commands(hosts: list[Endpoint], out: str, port: int, options: dict,
+                    python: str = sys.executable) -> list[list[str]]:
+    """argv of incastlab.apps.incast's client (rank 0, on hosts[0]) then of the servers
+    (ranks 1..N, listening on `port`).
+
+    Server options (the client's block size, rounds, ... are client-only) are limited to
+    `timeout`; everything else goes to the client.
+    """
+    servers = hosts[1:]
+    client_opts = option_args(options)
+    server_opts = option_args({k: v for k, v in options.items() if k == "timeout"})
+    app = [python, "-m", "incastlab.apps.incast"]
+    argvs = [app + ["--role", "client", "--rank", "0", *iface_args(hosts[0]),
+                    "--out", str(out),
+                    "--servers", ",".join(f"{h.addr}:{port}" for h in servers), *client_opts]]
+    for rank, host in enumerate(servers, start=1):
+        argvs.append(app + ["--role", "server", "--rank", str(rank), *iface_args(host),
+                            "--out", str(out), "--listen", f"{host.addr}:{port}",
+                            *server_opts])
+    return argvs

@@ -3,21 +3,29 @@ expert each; every step each host routes its tokens top-k to the experts (Zipf-s
 popularity, GShard capacity), and four all-to-alls move them: dispatch and combine, then
 the backward's two. A popular expert turns into an incast at its host's port. The program
 is ``incastlab.apps.moe``; this module owns its spec fields, placement, launch plan, cost
-model (``analysis.costmodel.alltoall_bound`` on the counts the ranks logged) and report
+model (``jobs/moe_bound.py``: ``alltoall_bound`` on the counts the ranks logged) and report
 section."""
 from __future__ import annotations
 
 import copy
 import functools
+import sys
 from dataclasses import dataclass
 
-from incastlab.apps.commands import WORKLOADS as APP_COMMANDS
+from incastlab.apps.commands import Endpoint, one_rank_per_host
 from incastlab.fields import choice, int_check, num_check, spec_field
 from incastlab.jobs import reporting as rep
 from incastlab.jobs import runview
-from incastlab.jobs.base import Job, Launch, Roles, Section, TrainingFields, endpoints
+from incastlab.jobs.base import (
+    RENDEZVOUS_PORT,
+    Job,
+    Launch,
+    Roles,
+    Section,
+    TrainingFields,
+    endpoints,
+)
 
-RENDEZVOUS_PORT = 29500
 VALUE_BYTES = 4  # float32 token values
 
 
@@ -79,16 +87,18 @@ class MoeJob(Job):
                    "routing": w.routing, "alltoall": w.alltoall, "lr": f"{w.lr:g}",
                    "balance_coef": f"{w.balance_coef:g}",
                    "timeout": f"{w.timeout_s:g}"}
-        argvs = APP_COMMANDS["moe"](endpoints(ips, hosts), out_dir, RENDEZVOUS_PORT, options)
+        argvs = moe_commands(endpoints(ips, hosts), out_dir, RENDEZVOUS_PORT, options)
         return [Launch(host, argv, rank, "expert", True)
                 for rank, (host, argv) in enumerate(zip(hosts, argvs, strict=True))]
 
     # -- analysis --------------------------------------------------------------------
     def bound(self, a):
-        """One step's all-to-alls at their least (analysis.costmodel.alltoall_bound): the
+        """One step's all-to-alls at their least (jobs/moe_bound.py): the
         mean over steps of the logged token counts, as bytes host to host, dispatch then
         combine, twice (forward and backward), over the hosts' links and, through the
         spines, the leaves' spine links."""
+        from incastlab.jobs.moe_bound import alltoall_bound
+
         p = runview.placed(a)
         mat = mean_matrix(a)
         if p is None or a.fabric is None or mat is None or len(mat) != len(p.workers):
@@ -100,8 +110,7 @@ class MoeJob(Job):
         fabric = {"leaves": [runview.leaf_of(a, h) for h in p.workers], "spines": spines,
                   "fabric_mbps": a.fabric.fabric_bw_mbps} \
             if spines and a.fabric.fabric_bw_mbps else {}
-        return rep.costmodel.alltoall_bound(mat, rates, passes=2, mtu=runview.mtu(a),
-                                            **fabric)
+        return alltoall_bound(mat, rates, passes=2, mtu=runview.mtu(a), **fabric)
 
     def attribution_rows(self, a):
         """Every expert host's steps; each all-to-all waits on every host."""
@@ -212,3 +221,10 @@ def _metrics() -> tuple:
                "even).", lambda a: skew(table(a)) if table(a) is not None else None,
                ("workers",)),
     )
+
+
+def moe_commands(hosts: list[Endpoint], out: str, port: int, options: dict,
+                 python: str = sys.executable) -> list[list[str]]:
+    """One argv per host of incastlab.apps.moe: rank e holds expert e (hosts[0] hosts
+    the rendezvous)."""
+    return one_rank_per_host("incastlab.apps.moe", hosts, out, port, options, python)

@@ -2,7 +2,7 @@
 stages, one host each, ``micro_batches`` micro-batches per step under the ``gpipe`` or
 ``1f1b`` schedule, activations forward and their gradients backward over gloo
 send/recv. The program is ``incastlab.apps.pipeline``; this module owns its spec fields,
-placement, launch plan, cost model (``analysis.costmodel.pipeline_bound``) and its
+placement, launch plan, cost model (``jobs/pipeline_bound.py``) and its
 report: per-stage busy and idle time, the measured bubble fraction against
 (S−1)/(M+S−1), and a per-stage timeline of one step.
 
@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 from dataclasses import dataclass
 
 import pandas as pd
 
-from incastlab.apps.commands import WORKLOADS as APP_COMMANDS
+from incastlab.apps.commands import Endpoint, one_rank_per_host
 from incastlab.fields import choice, int_check, num_check, spec_field
 from incastlab.jobs import reporting as rep
 from incastlab.jobs import runview
 from incastlab.jobs.base import (
+    RENDEZVOUS_PORT,
     Job,
     Launch,
     Roles,
@@ -33,7 +35,6 @@ from incastlab.jobs.base import (
     training_options,
 )
 
-RENDEZVOUS_PORT = 29500
 SCHEDULES = ("gpipe", "1f1b")
 
 
@@ -147,8 +148,7 @@ class PipelineJob(Job):
                    "layers": w.layers, "fwd_ms": f"{w.fwd_ms:g}", "bwd_ms": f"{w.bwd_ms:g}",
                    "activation_bytes": w.activation_bytes, **training_options(spec),
                    "slowdown": [f"{s.rank}:{s.factor:g}" for s in w.stragglers]}
-        argvs = APP_COMMANDS["pipeline"](endpoints(ips, hosts), out_dir, RENDEZVOUS_PORT,
-                                         options)
+        argvs = pipeline_commands(endpoints(ips, hosts), out_dir, RENDEZVOUS_PORT, options)
         return [Launch(host, argv, rank, "stage", True)
                 for rank, (host, argv) in enumerate(zip(hosts, argvs, strict=True))]
 
@@ -166,8 +166,10 @@ class PipelineJob(Job):
 
     def bound(self, a):
         """The transfers on a step's critical path, with its bubble as the schedule
-        (analysis.costmodel.pipeline_bound), from the measured mean F/B times, the
-        logged message size, the stage hosts' links and leaves."""
+        (jobs/pipeline_bound.py), from the measured mean F/B times, the logged
+        message size, the stage hosts' links and leaves."""
+        from incastlab.jobs.pipeline_bound import pipeline_bound
+
         w, p = runview.workload(a), runview.placed(a)
         if p is None or a.fabric is None or len(p.workers) < 2:
             return None
@@ -182,7 +184,7 @@ class PipelineJob(Job):
         if not act:
             return None
         fwd, bwd = self._op_times(a)
-        return rep.costmodel.pipeline_bound(
+        return pipeline_bound(
             len(p.workers), int(w.micro_batches), act, rates, fwd_s=fwd, bwd_s=bwd,
             leaves=[runview.leaf_of(a, h) for h in p.workers],
             fabric_mbps=a.fabric.fabric_bw_mbps or None, mtu=runview.mtu(a))
@@ -214,12 +216,14 @@ class PipelineJob(Job):
 
     def bubble_summary(self, a) -> dict:
         """Measured bubble fraction (mean of the steady steps) and the model's."""
+        from incastlab.jobs.pipeline_bound import bubble_fraction
+
         w = runview.workload(a)
         b = steady(a.tables.get("pipeline_bubbles", pd.DataFrame(columns=["iteration"])))
         sp = a.tables.get("pipeline_spans")
         s = int(sp["rank"].nunique()) if isinstance(sp, pd.DataFrame) and len(sp) \
             else int(w.stages)
-        model = rep.costmodel.bubble_fraction(s, int(w.micro_batches))
+        model = bubble_fraction(s, int(w.micro_batches))
         measured = float(b["bubble"].mean()) if len(b) else None
         return {"measured": measured, "model": model, "stages": s,
                 "micro_batches": int(w.micro_batches), "schedule": w.schedule,
@@ -310,4 +314,11 @@ def timeline_plot(sp: pd.DataFrame, sm: dict, path):
     ax.set_title(f"{sm['schedule']}: measured bubble {sm['measured']:.3f} vs "
                  f"(S−1)/(M+S−1) = {sm['model']:.3f}")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
-    return plotting._save(fig, path)
+    return plotting.save(fig, path)
+
+
+def pipeline_commands(hosts: list[Endpoint], out: str, port: int, options: dict,
+                      python: str = sys.executable) -> list[list[str]]:
+    """One argv per host of incastlab.apps.pipeline: rank i is pipeline stage i
+    (hosts[0] holds the first layers)."""
+    return one_rank_per_host("incastlab.apps.pipeline", hosts, out, port, options, python)

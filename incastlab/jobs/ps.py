@@ -6,13 +6,15 @@ cost model."""
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 
-from incastlab.apps.commands import WORKLOADS as APP_COMMANDS
+from incastlab.apps.commands import Endpoint, option_args, rank_args
 from incastlab.fields import choice, int_check, num_check, optional, pattern, spec_field
 from incastlab.jobs import reporting as rep
 from incastlab.jobs import runview
 from incastlab.jobs.base import (
+    RENDEZVOUS_PORT,
     Job,
     Launch,
     Roles,
@@ -23,7 +25,6 @@ from incastlab.jobs.base import (
     training_options,
 )
 
-RENDEZVOUS_PORT = 29500
 PS_MODES = ("sync", "async", "ssp", "backup")
 # The app's (incastlab.apps.ps: LR_RULES, DEFAULT_LR_RULE; not imported here, it needs
 # torch); tests/test_jobs_ps_modes.py checks they agree.
@@ -124,7 +125,7 @@ class PsJob(Job):
                    "compute_ms": f"{w.compute_ms:g}" if w.compute_ms else None,
                    # spec ranks count workers only; the PS app numbers its servers first
                    "slowdown": [f"{shards + s.rank}:{s.factor:g}" for s in w.stragglers]}
-        argvs = APP_COMMANDS["ps"](endpoints(ips, hosts), out_dir, RENDEZVOUS_PORT, options)
+        argvs = ps_commands(endpoints(ips, hosts), out_dir, RENDEZVOUS_PORT, options)
         return [Launch(host, argv, rank, "server" if rank < shards else "worker",
                        rank >= shards)
                 for rank, (host, argv) in enumerate(zip(hosts, argvs, strict=True))]
@@ -137,9 +138,11 @@ class PsJob(Job):
 
     # -- analysis --------------------------------------------------------------------
     def bound(self, a):
-        """The sync/async PS bound (analysis.costmodel.ps_bound) on the fabric it ran
+        """The sync/async PS bound (jobs/ps_bound.py) on the fabric it ran
         on: each worker's and shard's own link rate, their leaves, the spines the
         routing lets a flow use."""
+        from incastlab.jobs.ps_bound import ps_bound
+
         w, p = runview.workload(a), runview.placed(a)
         if p is None or a.fabric is None or not p.servers or not p.workers:
             return None
@@ -153,14 +156,13 @@ class PsJob(Job):
                   "spines": spines, "fabric_mbps": a.fabric.fabric_bw_mbps} \
             if spines and a.fabric.fabric_bw_mbps else {}
         compute = runview.mean_compute_s(a) if w.mode != "sync" else 0.0
-        return rep.costmodel.ps_bound(len(p.workers), len(p.servers),
-                                      runview.gradient_bytes(a, w), w_rates, s_rates,
-                                      mode=w.mode, compute_s=compute, mtu=runview.mtu(a),
-                                      **leaves)
+        return ps_bound(len(p.workers), len(p.servers), runview.gradient_bytes(a, w),
+                        w_rates, s_rates, mode=w.mode, compute_s=compute,
+                        mtu=runview.mtu(a), **leaves)
 
     def schedule_s(self, a, bound) -> float:
         """A sync PS pushes, then (after the barrier) pulls: its schedule adds
-        push_then_pull − the pipelined chain bound (costmodel.ps_bound) to each
+        push_then_pull − the pipelined chain bound (ps_bound) to each
         iteration, whatever the network does."""
         if bound is None or runview.workload(a).mode != "sync":
             return 0.0
@@ -175,11 +177,12 @@ class PsJob(Job):
 
     def tables(self, a) -> dict:
         from incastlab.analysis import accuracy
+        from incastlab.jobs.ps_tables import discarded, staleness
 
         workers = a.tables["workers_raw"]
         curve = accuracy.curve(workers)
-        return {"staleness": rep.training.staleness(workers),
-                "discarded": rep.training.discarded(workers),
+        return {"staleness": staleness(workers),
+                "discarded": discarded(workers),
                 "accuracy": curve,
                 "time_to_accuracy": accuracy.reach(curve, runview.workload(a).target_accuracy),
                 "lr_rule": accuracy.lr_rule(workers)}
@@ -187,7 +190,9 @@ class PsJob(Job):
     def plots(self, a) -> dict:
         t = a.tables
         target = runview.workload(a).target_accuracy
-        return {"staleness": lambda path: rep.plotting.staleness_hist(t["staleness"], path),
+        from incastlab.jobs.ps_figures import staleness_hist
+
+        return {"staleness": lambda path: staleness_hist(t["staleness"], path),
                 "accuracy": lambda path: rep.plotting.accuracy_curves(
                     [(runview.workload(a).mode, t["accuracy"])], path, target)}
 
@@ -278,3 +283,24 @@ def _metrics() -> tuple:
                "rule (workload.lr_rule), mean over the applied gradients.",
                rate, ("workers",), "no rates in the PS's update events"),
     )
+
+
+def ps_commands(hosts: list[Endpoint], out: str, port: int, options: dict,
+                python: str = sys.executable) -> list[list[str]]:
+    """One argv per host of incastlab.apps.ps: ranks 0..shards-1 servers (hosts[0] hosts
+    the rendezvous), the rest workers."""
+    shards = int(options.get("shards", 1))
+    rest = option_args({k: v for k, v in options.items() if k != "shards"})
+    return [[python, "-m", "incastlab.apps.ps",
+             "--role", "server" if rank < shards else "worker", *rank_args(rank, hosts, port),
+             "--out", str(out), "--shards", str(shards), *rest]
+            for rank in range(len(hosts))]
+
+
+def ps_argv(workers: int, out, port: int, shards: int = 1, extra: list[str] | None = None
+            ) -> list[list[str]]:
+    """Command lines of a PS job on loopback (tests, benchmarks): ranks 0..shards-1
+    servers, then `workers` workers, each with `extra` appended."""
+    from incastlab.apps.local import loopback_argv
+
+    return loopback_argv(ps_commands, shards + workers, out, port, {"shards": shards}, extra)

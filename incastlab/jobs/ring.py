@@ -4,18 +4,21 @@ pipelined ring of NCCL/Horovod, recursive halving-doubling, a pipelined binary t
 the leaf-aware hierarchical one) or gloo's own ``all_reduce``. The program is
 ``incastlab.apps.ring``; this module owns its spec fields, placement, launch plan (with
 each rank's leaf, for the hierarchical algorithm) and cost model (each algorithm's bound,
-``analysis.costmodel.allreduce_bound``)."""
+``jobs/ring_bound.py``)."""
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 
-from incastlab.apps.commands import WORKLOADS as APP_COMMANDS
+from incastlab.apps.collectives import ALGORITHMS
+from incastlab.apps.commands import Endpoint, one_rank_per_host
 from incastlab.fields import choice, int_check, num_check, spec_field
 from incastlab.jobs import reporting as rep
 from incastlab.jobs import runview
 from incastlab.topologies import naming
 from incastlab.jobs.base import (
+    RENDEZVOUS_PORT,
     Job,
     Launch,
     Roles,
@@ -26,12 +29,7 @@ from incastlab.jobs.base import (
     training_options,
 )
 
-RENDEZVOUS_PORT = 29500
 RING_IMPLS = ("ring", "gloo")
-# apps.ring.ALGORITHMS and analysis.costmodel.ALLREDUCE_ALGORITHMS (torch- and
-# pandas-free here: the spec loads without them); tests/test_jobs_allreduce.py checks
-# the three agree.
-ALGORITHMS = ("ring", "halving-doubling", "tree", "hierarchical")
 
 
 @dataclass
@@ -88,17 +86,19 @@ class RingJob(Job):
                    if w.algorithm == "hierarchical" else None,
                    **(backward_options(w) if emulates_backward(w) else {}),
                    "slowdown": [f"{s.rank}:{s.factor:g}" for s in w.stragglers]}
-        argvs = APP_COMMANDS["ring"](endpoints(ips, hosts), out_dir, RENDEZVOUS_PORT, options)
+        argvs = ring_commands(endpoints(ips, hosts), out_dir, RENDEZVOUS_PORT, options)
         return [Launch(host, argv, rank, "ring", True)
                 for rank, (host, argv) in enumerate(zip(hosts, argvs, strict=True))]
 
     # -- analysis --------------------------------------------------------------------
     def bound(self, a):
-        """The bound of the run's algorithm (analysis.costmodel.allreduce_bound) over the
+        """The bound of the run's algorithm (jobs/ring_bound.py: allreduce_bound) over the
         ranks' own link rates and, where the fabric map gives them, their leaves and the
         spines a flow may use. The ring: 2(N−1)/N·M over the slowest rank's link with
         data + ACK framing, and the uplinks of the leaves the ring crosses; gloo's
         all_reduce is held to the ring's bound (the least any algorithm moves)."""
+        from incastlab.jobs.ring_bound import allreduce_bound, ring_bound
+
         w, p = runview.workload(a), runview.placed(a)
         if p is None or a.fabric is None or len(p.workers) < 2:
             return None
@@ -117,11 +117,11 @@ class RingJob(Job):
 
         def of(nbytes: float):
             if algorithm == "ring":  # the same call as before the other algorithms came
-                return rep.costmodel.ring_bound(len(p.workers), nbytes, rates,
-                                                mtu=runview.mtu(a), **fabric)
-            return rep.costmodel.allreduce_bound(algorithm, len(p.workers), nbytes, rates,
-                                                 slices=_logged_tree_slices(a),
-                                                 mtu=runview.mtu(a), **fabric)
+                return ring_bound(len(p.workers), nbytes, rates, mtu=runview.mtu(a),
+                                  **fabric)
+            return allreduce_bound(algorithm, len(p.workers), nbytes, rates,
+                                   slices=_logged_tree_slices(a), mtu=runview.mtu(a),
+                                   **fabric)
 
         plan = _bucket_plan(a) if emulates_backward(w) else None
         return exposed_bound(of, m, plan) if plan else of(m)
@@ -132,8 +132,10 @@ class RingJob(Job):
         return a.tables["iterations"], list(p.workers) if p else []
 
     def tables(self, a) -> dict:
+        from incastlab.jobs.ring_tables import allreduce_vs_bound
+
         w = runview.workload(a)
-        ring = rep.training.ring_bound(a.tables["workers_raw"], a.fabric)
+        ring = allreduce_vs_bound(a.tables["workers_raw"], a.fabric)
         if (algorithm_of(w) != "ring" or emulates_backward(w)) and not ring.empty:
             # the unframed 2(N−1)/N·M/B is the flat ring's; other algorithms, and the
             # exposed part of a bucketed all-reduce, get their own
@@ -143,7 +145,9 @@ class RingJob(Job):
         return {"ring": ring, "buckets": bucket_table(a.tables["workers_raw"])}
 
     def plots(self, a) -> dict:
-        return {"ring": lambda path: rep.plotting.ring_vs_bound(a.tables["ring"], path)}
+        from incastlab.jobs.ring_figures import ring_vs_bound
+
+        return {"ring": lambda path: ring_vs_bound(a.tables["ring"], path)}
 
     def sections(self, a, figs) -> list[Section]:
         ring = a.tables["ring"]
@@ -319,3 +323,18 @@ def _logged_tree_slices(a) -> int:
         if len(v):
             return int(v.max())
     return 1 << 30
+
+
+def ring_commands(hosts: list[Endpoint], out: str, port: int, options: dict,
+                  python: str = sys.executable) -> list[list[str]]:
+    """One argv per host of incastlab.apps.ring: ranks 0..N-1 of the ring."""
+    return one_rank_per_host("incastlab.apps.ring", hosts, out, port, options, python)
+
+
+def ring_argv(ranks: int, out, port: int, extra: list[str] | None = None
+              ) -> list[list[str]]:
+    """Command lines of a ring all-reduce job of `ranks` ranks on loopback (tests,
+    benchmarks), each with `extra` appended."""
+    from incastlab.apps.local import loopback_argv
+
+    return loopback_argv(ring_commands, ranks, out, port, {}, extra)

@@ -2,26 +2,34 @@
 weights split over ``tensor_ranks`` hosts (column- then row-parallel), with an
 all-reduce of activations in every block's forward and of their gradients in its
 backward. The program is ``incastlab.apps.tensor``; this module owns its spec fields,
-placement, launch plan, cost model (``analysis.costmodel.tensor_bound``) and its
+placement, launch plan, cost model (``jobs/tensor_bound.py``) and its
 report: every block's collective time against its α–β bound, where the latency term
 is what keeps tensor parallelism inside one leaf.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import pandas as pd
 
-from incastlab.apps.commands import WORKLOADS as APP_COMMANDS
+from incastlab.apps.commands import Endpoint, one_rank_per_host
 from incastlab.fields import int_check, spec_field
 from incastlab.jobs import reporting as rep
 from incastlab.jobs import runview
-from incastlab.jobs.base import Job, Launch, Roles, Section, endpoints, straggler_problems
+from incastlab.jobs.base import (
+    RENDEZVOUS_PORT,
+    Job,
+    Launch,
+    Roles,
+    Section,
+    endpoints,
+    straggler_problems,
+)
 from incastlab.jobs.base import training_options
 from incastlab.jobs.pipeline import ModelParallelFields, shared, spans, steady
 from incastlab.jobs.ring import RingFields
 
-RENDEZVOUS_PORT = 29500
 
 
 @dataclass
@@ -60,13 +68,14 @@ class TensorJob(Job):
         hosts = spec.placement().workers
         options = {"layers": w.layers, "impl": w.impl, **training_options(spec),
                    "slowdown": [f"{s.rank}:{s.factor:g}" for s in w.stragglers]}
-        argvs = APP_COMMANDS["tensor"](endpoints(ips, hosts), out_dir, RENDEZVOUS_PORT,
-                                       options)
+        argvs = tensor_commands(endpoints(ips, hosts), out_dir, RENDEZVOUS_PORT, options)
         return [Launch(host, argv, rank, "tensor", True)
                 for rank, (host, argv) in enumerate(zip(hosts, argvs, strict=True))]
 
     # -- analysis --------------------------------------------------------------------
     def _bound(self, a, collectives: int):
+        from incastlab.jobs.tensor_bound import tensor_bound
+
         p = runview.placed(a)
         if p is None or a.fabric is None or len(p.workers) < 2:
             return None
@@ -82,14 +91,12 @@ class TensorJob(Job):
         fabric = {"leaves": [runview.leaf_of(a, h) for h in p.workers], "spines": spines,
                   "fabric_mbps": a.fabric.fabric_bw_mbps} \
             if spines and a.fabric.fabric_bw_mbps else {}
-        return rep.costmodel.tensor_bound(len(p.workers), float(n.max()), rates,
-                                          collectives=collectives,
-                                          alpha_s=alpha_s(a) or 0.0, mtu=runview.mtu(a),
-                                          **fabric)
+        return tensor_bound(len(p.workers), float(n.max()), rates, collectives=collectives,
+                            alpha_s=alpha_s(a) or 0.0, mtu=runview.mtu(a), **fabric)
 
     def bound(self, a):
         """All 2·layers all-reduces of a step, one after the other, each at its ring
-        α–β bound with the α rank 0 measured (analysis.costmodel.tensor_bound)."""
+        α–β bound with the α rank 0 measured (jobs/tensor_bound.py)."""
         return self._bound(a, 2 * int(runview.workload(a).layers))
 
     def attribution_rows(self, a):
@@ -182,4 +189,11 @@ def layers_plot(t: pd.DataFrame, path):
     ax.set_ylabel("all-reduce time (ms)")
     ax.set_title("Per-block all-reduce time vs its α–β bound")
     ax.legend(fontsize=7)
-    return plotting._save(fig, path)
+    return plotting.save(fig, path)
+
+
+def tensor_commands(hosts: list[Endpoint], out: str, port: int, options: dict,
+                    python: str = sys.executable) -> list[list[str]]:
+    """One argv per host of incastlab.apps.tensor: rank i holds slice i of every
+    tensor-parallel layer."""
+    return one_rank_per_host("incastlab.apps.tensor", hosts, out, port, options, python)
