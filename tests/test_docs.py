@@ -1,0 +1,46 @@
+"""The README and docs/ as a newcomer meets them: the README short, its two commands in
+the Makefile, its index of docs/ complete both ways, and every relative link in the
+README, docs/ and the folder guides pointing at a file that exists. Prose is not
+checked: facts are held by the claim tests against code and JSON."""
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md")),
+         *(ROOT / d / "README.md" for d in ("apps", "analysis", "tests"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _links(page: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # not inside code
+    return [t for t in LINK.findall(text) if not re.match(r"[a-z]+:", t)]
+
+
+def test_readme_is_short_and_undated():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text)
+
+
+def test_readme_commands_are_the_makefiles():
+    head = "\n".join(README.read_text().splitlines()[:40])
+    assert "sudo make demo" in head and "sudo make test" in head
+    targets = re.findall(r"^([a-z]+):", (ROOT / "Makefile").read_text(), re.M)
+    assert {"demo", "test"} <= set(targets)
+
+
+def test_readme_index_names_every_docs_page_in_its_first_40_lines():
+    """Every page of docs/ (and docs/decisions/) is in the index, and the index names
+    nothing else of docs/."""
+    head = "\n".join(README.read_text().splitlines()[:40])
+    named = {(ROOT / t).resolve() for t in LINK.findall(head) if t.startswith("docs/")}
+    pages = {p.resolve() for p in (ROOT / "docs").glob("*.md")}
+    pages.add((ROOT / "docs" / "decisions").resolve())
+    assert named == pages, sorted(str(p.relative_to(ROOT)) for p in named ^ pages)
+
+
+def test_every_relative_link_resolves():
+    broken = [f"{page.relative_to(ROOT)}: {target}" for page in PAGES for target in _links(page)
+              if not (page.parent / target.split("#")[0]).exists()]
+    assert not broken, broken
