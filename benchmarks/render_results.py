@@ -197,8 +197,9 @@ HEADER = """# Benchmark and run figures
 
 Rendered by `benchmarks/render_results.py` from `benchmarks/results/*.json`; do not edit
 by hand (`tests/test_benchmark_results.py` fails when this page and the files disagree).
-Re-measure with the command under each heading; add `--results benchmarks/results/NAME.json`
-to a benchmark to write its file, then run the render script. Timings are measured,
+Each benchmark prints a table of ratios against a baseline measured in the same run and
+ends with one JSON line; re-measure with the command under each heading, adding
+`--results benchmarks/results/NAME.json` to write its file, then run the render script. Timings are measured,
 never asserted by tests. Figures are from a 2-core machine with the userspace datapath;
 "flagged" runs had a saturated CPU or datapath (docs/emulation.md, "Fidelity").
 """
