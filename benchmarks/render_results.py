@@ -199,16 +199,29 @@ Rendered by `benchmarks/render_results.py` from `benchmarks/results/*.json`; do 
 by hand (`tests/test_benchmark_results.py` fails when this page and the files disagree).
 Each benchmark prints a table of ratios against a baseline measured in the same run and
 ends with one JSON line; re-measure with the command under each heading, adding
-`--results benchmarks/results/NAME.json` to write its file, then run the render script. Timings are measured,
-never asserted by tests. Figures are from a 2-core machine with the userspace datapath;
-"flagged" runs had a saturated CPU or datapath (docs/emulation.md, "Fidelity").
+`--results benchmarks/results/NAME.json` to write its file, then run the render script.
+Timings are measured, never asserted by tests. Figures are from a 2-core machine with
+the userspace datapath; "flagged" runs had a saturated CPU or datapath
+([emulation.md](emulation.md), "Fidelity").
 """
 
 
+def slug(title: str) -> str:
+    """The anchor a Markdown renderer (GitHub's) gives a heading."""
+    kept = "".join(c for c in title.lower() if c.isalnum() or c in " -_")
+    return kept.replace(" ", "-")
+
+
 def render(results_dir: Path = RESULTS) -> str:
+    files = [(path, json.loads(path.read_text()))
+             for path in sorted(results_dir.glob("*.json"))]
     out = [HEADER]
-    for path in sorted(results_dir.glob("*.json")):
-        data = json.loads(path.read_text())
+    for kind, label in (("bench", "Benchmarks"), ("runs", "Lab runs")):
+        titles = [d.get("title", p.stem) for p, d in files
+                  if (d["benchmark"] == "runs") == (kind == "runs")]
+        if titles:
+            out += [f"{label}:", ""] + [f"- [{t}](#{slug(t)})" for t in titles] + [""]
+    for path, data in files:
         out += [f"## {data.get('title', path.stem)}", "",
                 f"`benchmarks/results/{path.name}`: {data['source']}.", "",
                 "```sh", data["command"], "```", ""]
