@@ -153,8 +153,8 @@ def _pct(share):
 def _parse(data: dict) -> list[str]:
     r = data["results"]
     base = r["project"]["cpu_rate_pps"]
-    rows = [[name, f"{v['cpu_rate_pps']:,.0f}", f"1/{base / v['cpu_rate_pps']:.0f}"
-             if name != "project" else "1", fmt(_mb(v), ",.0f") + " MB"]
+    rows = [[name, f"{v['cpu_rate_pps']:,.0f}", _relative(v["cpu_rate_pps"] / base),
+             fmt(_mb(v), ",.0f") + " MB"]
             for name, v in r.items() if "cpu_rate_pps" in v and name != "project_big"]
     out = ["Packets/s by CPU time:", ""] + table(
         ["parser", "packets/s", "relative to incastlab", "peak memory"], rows)
@@ -166,6 +166,11 @@ def _parse(data: dict) -> list[str]:
     if r.get("memory_table"):
         out += ["Memory of the analysis:", ""] + table(*r["memory_table"])
     return out
+
+
+def _relative(x: float) -> str:
+    """A rate relative to ours: '1', '1/23' when slower, '×1.06' when faster."""
+    return "1" if abs(x - 1) < 1e-9 else f"1/{1 / x:.0f}" if x < 1 else f"×{x:.2f}"
 
 
 def _mb(r: dict):
