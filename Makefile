@@ -18,7 +18,7 @@ demo: install
 
 # pytest exit 5 (no tests collected) must fail, not pass: it means the suite is broken.
 # The two tiers run one after the other so that each prints its own coverage (a number
-# to watch, README "Testing"); the root tier's skips itself without root.
+# to watch, docs/testing.md); the root tier's skips itself without root.
 test: install
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -ra -m "not root" --cov --cov-report=term:skip-covered

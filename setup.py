@@ -1,6 +1,6 @@
 """Packaging for incastlab.
 
-The top-level folders are fixed by the design (see README "Layout"); this file maps
+The top-level folders are fixed by the design (see README, "Layout"); this file maps
 them into one import namespace: topologies/ -> incastlab.topologies, and so on.
 
 Pins and why:
@@ -48,7 +48,7 @@ setup(
     ],
     extras_require={
         "dev": ["pytest>=7.4", "ruff>=0.4", "dpkt>=1.9",
-                # coverage of the unit and root tiers (README "Testing")
+                # coverage of the unit and root tiers (docs/testing.md)
                 "pytest-cov>=5",
                 # mutation testing, benchmarks/mutation_score.py (not in CI: slow).
                 # mutmut 3 mutates a copy (mutants/), never the working tree.

@@ -6,35 +6,32 @@ their bounds?
 
 For a gradient of M bytes (default 4 MiB) and N ranks on links of B bit/s:
 
-- ring all-reduce (`incastlab.apps.ring.ring_allreduce`, send/recv): every rank sends
-  2 (N-1)/N x M bytes over its own uplink, so the bound is 2 (N-1)/N x M / B;
+- ring all-reduce (send/recv): every rank sends 2 (N-1)/N x M bytes over its own
+  uplink, so the bound is 2 (N-1)/N x M / B;
 - gloo `dist.all_reduce` on the same tensor, against the same bound;
 - one synchronous parameter-server step (1 server + N workers, the apps.ps message
   pattern without compute): the server's link must carry N x M in (push) and N x M out
   (pull). We report the push phase against N x M / B and the whole step against
   2 N x M / B (the barrier serialises push and pull);
-- with `--algos all` (or naming them), our other all-reduce algorithms
-  (`incastlab.apps.ring.allreduce`): recursive
-  halving-doubling, the pipelined binary tree and the leaf-aware hierarchical one (rank
-  r's leaf is that of the host it runs on), each against its own bound from
-  `analysis.allreduce_bound`, which already counts the framing (and the
-  fabric: 2 spines, uplinks at 3 x the host rate, so the host links bind);
+- with `--algos all` (or naming them), our other all-reduce algorithms (recursive
+  halving-doubling, the pipelined tree, the leaf-aware hierarchical one), each against
+  its own `incastlab.jobs.ring_bound.allreduce_bound`, framing and fabric counted (2 spines,
+  uplinks at 3 x the host rate, so the host links bind);
 - `alltoall` (with `--algos all` or by name): the MoE pattern, a dispatch all-to-all
   (gloo's `all_to_all_single`, every rank sending M/N to every other) then the combine
-  back, against `analysis.alltoall_bound` (each exchange at its busiest link);
+  back, against `incastlab.jobs.moe_bound.alltoall_bound` (each exchange at its busiest link);
   `alltoall-pairwise` the same through our pairwise exchange (`apps/alltoall.py`: N-1
   steps, one flow per host link each way), against the same bound.
 
 Every result also carries `framed_bound_s`, the framing-corrected bound
 (`analysis.costmodel`: 1514-byte frames per 1448 payload bytes, and the ACKs of the
 other direction where it carries data too; the ring's and gloo's is `ring_bound`, the
-PS's has none here), and `framed_ratio` = measured / that. The issue-12 target: every
+PS's has none here), and `framed_ratio` = measured / that. The target: every
 algorithm within 10 % of its framing-corrected bound (framed_ratio <= 1.10) at N = 4 and
 8 where the datapath is not CPU-bound; the line before the JSON says, per algorithm and
 N, met (flagged where the datapath was at its CPU ceiling), NOT met, or CPU-bound (missed
-with the datapath at its ceiling: no verdict); a job during
-which the machine had under 10 % of its CPU idle (`idle_share`, from /proc/stat) says so
-next to its verdict: other jobs on the machine may have slowed its ranks.
+with the datapath at its ceiling: no verdict); a job during which the machine had under
+10 % of its CPU idle (`idle_share`) says so next to its verdict.
 
 ratio = measured / bound (1.0 = ideal, larger = slower), median over --reps timed
 repetitions after one warm-up; effective Mbit/s = the link rate at which the bound would
@@ -48,22 +45,15 @@ emulated host of a leaf–spine fabric whose host links are shaped to --bandwidt
 only uses the --bandwidth-mbps you give; loopback is far faster and the CPU is what it
 measures).
 
-In fabric mode every job is watched by incastlab.capture.cpu.CpuMonitor: a result whose
-job kept ovs-vswitchd (the single-threaded userspace datapath) at 90% of a core or more
-is flagged "datapath at its CPU ceiling": the CPU, not only the emulated links, may have
-set the time (here the N-rank ring jobs at 50 Mbit/s: N x 50 Mbit/s of host traffic,
-cross-leaf flows over 3 bridges each; they are flagged, yet reached 1.07 x (N = 4) and
-1.08-1.10 x (N = 8), near the framing floor below, so the datapath was busy rather than
-the limit).
+In fabric mode a CpuMonitor watches every job: one that kept ovs-vswitchd at 90% of a
+core or more is flagged "datapath at its CPU ceiling" (the CPU may have set the time).
 
-The target (issue 4): our ring at 90 % of the bound or better, i.e. ratio <= 1/0.9. In
-fabric mode the line before the JSON says, per N, whether it was met. (The bound counts
-payload only. HTB shapes 1514-byte frames carrying 1448 payload bytes - it does not
-count the wire's preamble, FCS and gap - so a bulk flow can reach 1.046 x; a ring host's
-link also carries the ACKs of its incoming flow, one 66-byte frame per two segments, so
-the ring's floor is about 1.068 x.)
+The ring's target: 90 % of the bound or better (ratio <= 1/0.9); in fabric mode the line
+before the JSON says, per N, whether it was met. The bound counts payload only: HTB
+shapes 1514-byte frames carrying 1448 payload bytes, and a ring host's link also carries
+the ACKs of its incoming flow, so the floors are about 1.046 (PS push) and 1.068 (ring).
 
-Prints one line per measurement, then one JSON line with everything.
+Prints one line per measurement, then one JSON line with everything (also to --results).
 """
 from __future__ import annotations
 
@@ -236,17 +226,12 @@ def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path
     hosts a leaf and a fabric that does not bind (2 spines at 3 x the host rate).
     `mtu`: the links' MTU (bytes), which sets the bounds' framing (costmodel).
     """
-    from incastlab.jobs.moe_bound import alltoall_bound
-    from incastlab.jobs.ring_bound import allreduce_bound
-    from incastlab.apps.collectives import tree_slices
-
     leaves = leaves or [f"lf{i // PER_LEAF + 1}" for i in range(len(hosts))]
     spines, fabric_mbps = fabric or (2, PER_LEAF * bandwidth_mbps)
     need = max(world_sizes) + 1
     if len(hosts) < need:
         raise ValueError(f"need {need} host addresses, got {len(hosts)}")
     ifaces = ifaces or [None] * len(hosts)
-    rate = bandwidth_mbps * 1e6 / 8  # bytes/s
     m = (size_bytes // 4) * 4
     results = []
     for n in world_sizes:
@@ -254,11 +239,7 @@ def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path
             world = n + 1 if algo == "ps" else n
             job_out = out / f"{algo}-{n}"
             job_out.mkdir(parents=True, exist_ok=True)
-            handles = []
-            cpu0 = _cpu_times()
-            watch = monitor() if monitor else None
-            if watch is not None:
-                watch.__enter__()
+            argvs = []
             for rank in range(world):
                 argv = [sys.executable, str(CHILD), "--child", algo, "--rank", str(rank),
                         "--world-size", str(world), "--master", f"{hosts[0]}:{port}",
@@ -268,44 +249,62 @@ def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path
                     argv += ["--iface", ifaces[rank]]
                 if algo == "hierarchical":
                     argv += ["--leaves", ",".join(leaves[:world])]
-                handles.append(launch(rank, rank, argv))
-            try:
-                codes = [h.wait(timeout * (reps + 2)) for h in handles]
-            finally:
-                if watch is not None:
-                    watch.__exit__(None, None, None)
-            cpu = watch.summary() if watch is not None else None
-            idle = _idle_share(cpu0, _cpu_times())
+                argvs.append(argv)
+            codes, cpu, idle = _run_job(argvs, launch, monitor, timeout * (reps + 2))
             port += 1  # a fresh rendezvous port per job (no TIME_WAIT surprises)
             if any(codes):
                 raise RuntimeError(f"{algo} N={n}: ranks exited with {codes}; see {job_out}")
-            times = _final_times(job_out / "0.jsonl")
-            step = statistics.median(t[0] for t in times)
-            if algo == "ps":
-                push = statistics.median(t[1] for t in times)
-                results.append(Result("ps", n, m, push, n * m / rate, phase="push", cpu=cpu))
-                results.append(Result("ps", n, m, step, 2 * n * m / rate, phase="step",
-                                      cpu=cpu))
-            elif algo in ALLTOALLS:
-                block = (m // 4 // n) * 4
-                mat = [[0 if i == j else block for j in range(n)] for i in range(n)]
-                bound = alltoall_bound(mat, bandwidth_mbps, leaves=leaves[:n],
-                                                 spines=spines, fabric_mbps=fabric_mbps,
-                                                 mtu=mtu)
-                results.append(Result(algo, n, m, step, bound.seconds, cpu=cpu,
-                                      framed_bound_s=bound.seconds, formula=bound.formula,
-                                      idle_share=idle))
-            else:
-                bound = allreduce_bound(
-                    "ring" if algo == "gloo" else algo, n, m, bandwidth_mbps,
-                    leaves=leaves[:n], spines=spines, fabric_mbps=fabric_mbps,
-                    slices=tree_slices(m), mtu=mtu)
-                plain = 2 * (n - 1) / n * m / rate if algo in ("ring", "gloo") \
-                    else bound.seconds
-                results.append(Result(algo, n, m, step, plain, cpu=cpu,
-                                      framed_bound_s=bound.seconds, formula=bound.formula,
-                                      idle_share=idle))
+            results += _job_results(algo, n, m, _final_times(job_out / "0.jsonl"),
+                                    bandwidth_mbps, leaves[:n], (spines, fabric_mbps), mtu,
+                                    cpu, idle)
     return results
+
+
+def _run_job(argvs: list[list[str]], launch: Launcher,
+             monitor: Callable[[], ContextManager[Any]] | None, wait_s: float):
+    """Launch rank r's argv on host r, wait for all; (exit codes, CPU summary, idle share)."""
+    cpu0 = _cpu_times()
+    watch = monitor() if monitor else None
+    if watch is not None:
+        watch.__enter__()
+    try:
+        handles = [launch(rank, rank, argv) for rank, argv in enumerate(argvs)]
+        codes = [h.wait(wait_s) for h in handles]
+    finally:
+        if watch is not None:
+            watch.__exit__(None, None, None)
+    cpu = watch.summary() if watch is not None else None
+    return codes, cpu, _idle_share(cpu0, _cpu_times())
+
+
+def _job_results(algo: str, n: int, m: int, times: list[list[float]], bandwidth_mbps: float,
+                 leaves: list[str], fabric: tuple[int, float], mtu: int, cpu: dict | None,
+                 idle: float | None) -> list[Result]:
+    """One job's Results: its median time against its bound (rank 0's repetition times)."""
+    from incastlab.apps.collectives import tree_slices
+    from incastlab.jobs.moe_bound import alltoall_bound
+    from incastlab.jobs.ring_bound import allreduce_bound
+
+    spines, fabric_mbps = fabric
+    rate = bandwidth_mbps * 1e6 / 8  # bytes/s
+    step = statistics.median(t[0] for t in times)
+    if algo == "ps":
+        push = statistics.median(t[1] for t in times)
+        return [Result("ps", n, m, push, n * m / rate, phase="push", cpu=cpu),
+                Result("ps", n, m, step, 2 * n * m / rate, phase="step", cpu=cpu)]
+    if algo in ALLTOALLS:
+        block = (m // 4 // n) * 4
+        mat = [[0 if i == j else block for j in range(n)] for i in range(n)]
+        bound = alltoall_bound(mat, bandwidth_mbps, leaves=leaves, spines=spines,
+                                         fabric_mbps=fabric_mbps, mtu=mtu)
+        return [Result(algo, n, m, step, bound.seconds, cpu=cpu, framed_bound_s=bound.seconds,
+                       formula=bound.formula, idle_share=idle)]
+    bound = allreduce_bound(
+        "ring" if algo == "gloo" else algo, n, m, bandwidth_mbps, leaves=leaves,
+        spines=spines, fabric_mbps=fabric_mbps, slices=tree_slices(m), mtu=mtu)
+    plain = 2 * (n - 1) / n * m / rate if algo in ("ring", "gloo") else bound.seconds
+    return [Result(algo, n, m, step, plain, cpu=cpu, framed_bound_s=bound.seconds,
+                   formula=bound.formula, idle_share=idle)]
 
 
 def _cpu_times() -> tuple[float, float] | None:
@@ -452,7 +451,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--algos", type=lambda s: list(ALGOS) if s == "all" else s.split(","),
                    default=list(DEFAULT_ALGOS),
                    help=f"comma-separated, of {','.join(ALGOS)}, or all (default: "
-                        f"{','.join(DEFAULT_ALGOS)}, the issue-4 set)")
+                        f"{','.join(DEFAULT_ALGOS)})")
+    p.add_argument("--results", default=None, metavar="FILE",
+                   help="also write the JSON there (benchmarks/results/NAME.json)")
     p.add_argument("--out", default="runs/allreduce_efficiency",
                    help="directory for per-rank logs (default: runs/allreduce_efficiency)")
     args = p.parse_args(argv)
@@ -481,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     if framed:
         print(f"target: within {FRAMED_TARGET - 1:.0%} of the framing-corrected bound: "
               + "; ".join(f"{k} {v}" for k, v in framed.items()))
-    print(json.dumps({"benchmark": "allreduce_efficiency",
+    figures = {"benchmark": "allreduce_efficiency",
                       "mode": "loopback" if args.loopback else "fabric",
                       "target_efficiency": TARGET_EFFICIENCY, "ring_target_met": met,
                       "framed_target": FRAMED_TARGET, "framed_verdicts": framed,
@@ -490,7 +491,10 @@ def main(argv: list[str] | None = None) -> int:
                       "mtu": None if args.loopback else args.mtu,
                       "slow_start_after_idle": None if args.loopback
                       else args.slow_start_after_idle,
-                      "results": [r.as_dict(args.bandwidth_mbps) for r in results]}))
+                      "results": [r.as_dict(args.bandwidth_mbps) for r in results]}
+    print(json.dumps(figures))
+    from render_results import write_results  # benchmarks/, the script's own folder
+    write_results(args.results, figures, [sys.argv[0], *(argv or sys.argv[1:])])
     return 0
 
 

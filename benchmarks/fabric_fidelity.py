@@ -27,7 +27,7 @@ Bring-up/teardown: a 2×4×4 fabric brought up and torn down by incastlab (queue
 port, offloads off, controller, readiness including an all-pairs ping) against the
 baseline measured in the same run: stock Mininet with plain links and no controller.
 
-Ends with one JSON line of the figures.
+Ends with one JSON line of the figures (also to --results FILE).
 """
 from __future__ import annotations
 
@@ -149,6 +149,14 @@ def time_stock_mininet() -> tuple[float, float]:
     return t1 - t0, time.monotonic() - t1
 
 
+def _emit(figures: dict, results_file: str | None) -> int:
+    """Print the JSON line; with --results also write it (benchmarks/render_results.py)."""
+    print(json.dumps(figures))
+    from render_results import write_results  # benchmarks/, the script's own folder
+    write_results(results_file, figures)
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=5.0, help="iperf3 duration per test, s")
@@ -160,6 +168,8 @@ def main() -> int:
     p.add_argument("--load-rates", default="100,200,300",
                    help="per-host rates of the MTU comparison, Mbit/s")
     p.add_argument("--flows", type=int, default=4, help="concurrent flows (MTU comparison)")
+    p.add_argument("--results", default=None, metavar="FILE",
+                   help="also write the JSON there (benchmarks/results/NAME.json)")
     args = p.parse_args()
     tmp = Path(subprocess.run(["mktemp", "-d", "/tmp/incastlab-bench-XXXXXX"],
                               capture_output=True, text=True, check=True).stdout.strip())
@@ -169,8 +179,7 @@ def main() -> int:
                                       [float(r) for r in args.load_rates.split(",")],
                                       args.flows, args.seconds, tmp)
     if args.only == "mtu":
-        print(json.dumps(figures))
-        return 0
+        return _emit(figures, args.results)
     print(f"{'rate Mbit/s':>11} {'flows':>5} {'mean Mbit/s':>11} {'min':>7} "
           f"{'ratio':>6} {'ratio/ceiling':>13}")
     for rate in ([] if args.only == "bringup" else [50.0] if args.quick
@@ -184,8 +193,7 @@ def main() -> int:
             print(f"{rate:11g} {flows:5d} {mean:11.2f} {min(got):7.2f} {row['ratio']:6.3f} "
                   f"{row['ratio_to_ceiling']:13.3f}", flush=True)
     if args.only == "rates":
-        print(json.dumps(figures))
-        return 0
+        return _emit(figures, args.results)
     ours = [time_incastlab(tmp) for _ in range(args.repeats)]
     stock = [time_stock_mininet() for _ in range(args.repeats)]
     up, down = statistics.median(o[0] for o in ours), statistics.median(o[1] for o in ours)
@@ -197,8 +205,7 @@ def main() -> int:
           f"{sup:.2f} s, ratio {up / sup:.2f}")
     print(f"teardown: incastlab {down:.2f} s, stock Mininet {sdown:.2f} s, "
           f"ratio {down / sdown:.2f}")
-    print(json.dumps(figures))
-    return 0
+    return _emit(figures, args.results)
 
 
 if __name__ == "__main__":

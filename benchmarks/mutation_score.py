@@ -17,7 +17,7 @@ It never touches the working tree: each module is mutated in a scratch copy
 and not the editable install's folders. Modules run one after another, with one
 mutmut worker by default (the machine is shared), each bounded by --timeout-s.
 Prints per module: mutants, killed, survived, others (timeouts, no tests), score
-(killed / all), the survivors' names; ends with one JSON line.
+(killed / all), the survivors' names; ends with one JSON line (also to --results FILE).
 """
 from __future__ import annotations
 
@@ -261,6 +261,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("modules", nargs="*", metavar="MODULE",
                     help=f"default: all of {', '.join(MODULES)}")
+    ap.add_argument("--results", default=None, metavar="FILE",
+                    help="also write the JSON there (benchmarks/results/NAME.json)")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/incastlab-mutation"))
     ap.add_argument("--children", type=int, default=1,
                     help="parallel mutmut workers (default 1: a shared 2-core machine)")
@@ -290,10 +292,13 @@ def main(argv=None) -> int:
         score = f"{r['killed'] / r['mutants']:.1%}" if r["mutants"] else "n/a"  # not re-rounded
         print(f"| {r['module']} | {r['mutants']} | {r['killed']} | {r['survived']} | "
               f"{r['other']} | {score} |")
-    print(json.dumps({"benchmark": "mutation_score",
-                      "modules": {r["module"]: {k: r[k] for k in
-                                                ("mutants", "killed", "survived", "other",
-                                                 "score", "elapsed_s")} for r in rows}}))
+    figures = {"benchmark": "mutation_score",
+               "modules": {r["module"]: {k: r[k] for k in
+                                         ("mutants", "killed", "survived", "other",
+                                          "score", "elapsed_s")} for r in rows}}
+    print(json.dumps(figures))
+    from render_results import write_results  # benchmarks/, the script's own folder
+    write_results(args.results, figures)
     return 0
 
 

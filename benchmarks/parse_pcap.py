@@ -33,7 +33,7 @@ What it does
      big run. The run directories are deleted afterwards unless --keep.
   --memory-only: step 4 alone (with --pcap, or after making the capture of step 1).
   Prints a table with each parser's rate relative to the project parser and ends with
-  one JSON line of all figures. Timings are measured, never asserted.
+  one JSON line of all figures (also to --results FILE). Timings are measured, never asserted.
 """
 from __future__ import annotations
 
@@ -51,88 +51,7 @@ import threading
 import time
 from pathlib import Path
 
-FIELDS = ["t", "src", "dst", "sport", "dport", "seq", "ack", "flags", "payload_len"]
-
-# Each parser runs as `python -c CODE PCAP LIMIT` and prints one JSON line:
-# {"packets": n, "seconds": s, "maxrss_kb": k}
-PARSERS = {
-    "project": """
-        import sys, time, json, resource
-        from incastlab.analysis.pcap import read_pcap
-        t, c = time.perf_counter(), time.process_time()
-        df = read_pcap(sys.argv[1], cache=False)
-        df = df[["t", "src", "dst", "sport", "dport", "seq", "ack", "flags", "payload_len"]]
-        dt, cpu = time.perf_counter() - t, time.process_time() - c
-        print(json.dumps({"packets": len(df), "seconds": dt, "cpu_seconds": cpu,
-                          "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
-    """,
-    "dpkt": """
-        import sys, time, json, resource, socket
-        import dpkt, pandas as pd
-        t, c = time.perf_counter(), time.process_time()
-        cols = {k: [] for k in ("t", "src", "dst", "sport", "dport", "seq", "ack", "flags",
-                                "payload_len")}
-        with open(sys.argv[1], "rb") as fh:
-            for ts, buf in dpkt.pcap.Reader(fh):
-                eth = dpkt.ethernet.Ethernet(buf)
-                ip = eth.data
-                if not isinstance(ip, dpkt.ip.IP) or not isinstance(ip.data, dpkt.tcp.TCP):
-                    continue
-                tcp = ip.data
-                cols["t"].append(ts); cols["src"].append(ip.src); cols["dst"].append(ip.dst)
-                cols["sport"].append(tcp.sport); cols["dport"].append(tcp.dport)
-                cols["seq"].append(tcp.seq); cols["ack"].append(tcp.ack)
-                cols["flags"].append(tcp.flags)
-                cols["payload_len"].append(ip.len - ip.hl * 4 - tcp.off * 4)
-        df = pd.DataFrame(cols)
-        dt, cpu = time.perf_counter() - t, time.process_time() - c
-        print(json.dumps({"packets": len(df), "seconds": dt, "cpu_seconds": cpu,
-                          "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
-    """,
-    "scapy": """
-        import sys, time, json, resource
-        import pandas as pd
-        from scapy.utils import PcapReader
-        from scapy.layers.inet import IP, TCP
-        limit = int(sys.argv[2])
-        t, c = time.perf_counter(), time.process_time()
-        rows = []
-        with PcapReader(sys.argv[1]) as r:
-            for i, p in enumerate(r):
-                if i >= limit:
-                    break
-                if IP in p and TCP in p:
-                    ip, tcp = p[IP], p[TCP]
-                    rows.append((float(p.time), ip.src, ip.dst, tcp.sport, tcp.dport, tcp.seq,
-                                 tcp.ack, int(tcp.flags), ip.len - ip.ihl * 4 - tcp.dataofs * 4))
-        df = pd.DataFrame(rows, columns=["t", "src", "dst", "sport", "dport", "seq", "ack",
-                                         "flags", "payload_len"])
-        dt, cpu = time.perf_counter() - t, time.process_time() - c
-        print(json.dumps({"packets": len(df), "seconds": dt, "cpu_seconds": cpu,
-                          "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
-    """,
-    "tshark": """
-        import sys, time, json, resource, subprocess, io
-        import pandas as pd
-        t, c = time.perf_counter(), time.process_time()
-        cmd = ["tshark", "-n", "-r", sys.argv[1], "-o", "tcp.analyze_sequence_numbers:FALSE",
-               "-o", "tcp.calculate_timestamps:FALSE", "-Y", "tcp", "-T", "fields",
-               "-E", "separator=,", "-e", "frame.time_epoch", "-e", "ip.src", "-e", "ip.dst",
-               "-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "tcp.seq_raw",
-               "-e", "tcp.ack_raw", "-e", "tcp.flags", "-e", "tcp.len"]
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        df = pd.read_csv(p.stdout, header=None, names=["t", "src", "dst", "sport", "dport",
-                                                       "seq", "ack", "flags", "payload_len"])
-        _, status, usage = __import__("os").wait4(p.pid, 0)
-        dt = time.perf_counter() - t
-        cpu = time.process_time() - c + usage.ru_utime + usage.ru_stime
-        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        print(json.dumps({"packets": len(df), "seconds": dt, "cpu_seconds": cpu,
-                          "maxrss_kb": own + usage.ru_maxrss, "tshark_maxrss_kb":
-                          usage.ru_maxrss, "reader_maxrss_kb": own}))
-    """,
-}
-
+from parse_pcap_parsers import PARSERS  # the same folder (benchmarks/)
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -404,7 +323,7 @@ def run_parser(name: str, pcap: Path, limit: int, repeat: int = 1) -> dict:
     return best
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pcap", type=Path, help="use this capture instead of making one")
     ap.add_argument("--packets", type=int, default=600_000, help="packets to capture")
@@ -422,15 +341,14 @@ def main(argv=None) -> int:
                     help="packets in the run on which the all-in-memory analysis is measured")
     ap.add_argument("--memory-only", action="store_true",
                     help="only the memory of the analysis (step 4), not the parsers' rates")
-    args = ap.parse_args(argv)
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    made = {}
-    pcap = args.pcap
-    if pcap is None:
-        pcap = args.workdir / "lo.pcap"
-        made = make_capture(pcap, args.packets, args.max_seconds)
+    ap.add_argument("--results", default=None, metavar="FILE",
+                    help="also write the JSON there (benchmarks/results/parse_pcap.json)")
+    return ap.parse_args(argv)
+
+
+def measure_all(args: argparse.Namespace, pcap: Path) -> dict:
+    """Steps 2-4 on `pcap`: every parser's rate, the big capture's, the analysis's memory."""
     results = {}
-    load_before = os.getloadavg()
     for name in () if args.memory_only else ("project", "dpkt", "tshark", "scapy"):
         if name == "tshark" and not shutil.which("tshark"):
             results[name] = {"error": "tshark not installed"}
@@ -451,20 +369,14 @@ def main(argv=None) -> int:
     if args.memory_packets:
         results["memory"] = memory_benchmark(pcap, args.workdir, args.memory_packets,
                                              args.memory_small_packets, args.keep)
-    pcap_bytes = pcap.stat().st_size
     if not args.keep:
         big.unlink(missing_ok=True)
-        if args.pcap is None:
-            pcap.unlink(missing_ok=True)
+    return results
 
+
+def print_rates(results: dict) -> None:
+    """The parsers' table: packets, times, rates, peak RSS, CPU speed against ours."""
     base = results.get("project", {}).get("cpu_rate_pps")
-    print(f"capture: {pcap} ({total} TCP packets, {pcap_bytes} bytes)"
-          f"{'; made with ' + made['tool'] + ' over 127.0.0.1' if made else ''}")
-    if made and total is not None and total < args.packets:
-        print(f"note: only {total} of {args.packets} packets were captured within "
-              f"--max-seconds {args.max_seconds:g} (a busy machine sends less)")
-    print(f"load average before/after: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f} "
-          "(2 cores shared; wall time suffers from other load, CPU time less so)")
     print(f"{'parser':<12}{'packets':>10}{'wall s':>9}{'CPU s':>9}{'pkt/s wall':>13}"
           f"{'pkt/s CPU':>13}{'peak RSS MB':>13}{'CPU speed vs project':>22}")
     for name, r in results.items():
@@ -479,30 +391,60 @@ def main(argv=None) -> int:
         print(f"{name:<12}{r['packets']:>10}{r['seconds']:>9.2f}{r['cpu_seconds']:>9.2f}"
               f"{r['rate_pps']:>13,.0f}{r['cpu_rate_pps']:>13,.0f}"
               f"{r['maxrss_kb'] / 1024:>13.0f}{ratio:>21.4f}x{note}")
-    mem = results.get("memory")
-    if mem:
-        print(f"{'analysis memory':<28}{'packets':>12}{'captures':>10}{'wall s':>9}"
-              f"{'peak RSS MB':>13}")
-        for name in ("small", "big"):
-            run = mem[name]["run"]
-            for what in ("report", "all_in_memory_tcp"):
-                r = mem[name].get(what)
-                if r is None:
-                    continue
-                label = ("incastlab report" if what == "report" else "all-in-memory TCP")
-                print(f"{label + ' (' + name + ')':<28}{run['packets']:>12}{run['captures']:>10}"
-                      f"{r['seconds']:>9.1f}{_kb(r) / 1024:>13.0f}"
-                      + (f"  error: {r['error']}" if "error" in r else ""))
-        if "all_in_memory_big_extrapolated_gb" in mem:
-            print(f"all-in-memory: {mem['all_in_memory_bytes_per_packet']:.0f} bytes/packet "
-                  f"above the imports' {mem['imports_only_maxrss_kb'] / 1024:.0f} MB -> "
-                  f"{mem['all_in_memory_big_extrapolated_gb']:.1f} GB for the big run "
-                  "(extrapolated)")
-    print(json.dumps({"capture": {"path": str(pcap), "packets": total, "bytes": pcap_bytes,
-                                  **made},
-                      "loadavg_before": load_before[0], "loadavg_after": os.getloadavg()[0],
-                      "results": results, "baseline_rss_note":
-                      "peak RSS includes the interpreter, numpy and pandas (~100 MB)"}))
+
+
+def print_memory(mem: dict) -> None:
+    """The analysis's memory: each run's peak RSS, and the all-in-memory extrapolation."""
+    print(f"{'analysis memory':<28}{'packets':>12}{'captures':>10}{'wall s':>9}"
+          f"{'peak RSS MB':>13}")
+    for name in ("small", "big"):
+        run = mem[name]["run"]
+        for what in ("report", "all_in_memory_tcp"):
+            r = mem[name].get(what)
+            if r is None:
+                continue
+            label = ("incastlab report" if what == "report" else "all-in-memory TCP")
+            print(f"{label + ' (' + name + ')':<28}{run['packets']:>12}{run['captures']:>10}"
+                  f"{r['seconds']:>9.1f}{_kb(r) / 1024:>13.0f}"
+                  + (f"  error: {r['error']}" if "error" in r else ""))
+    if "all_in_memory_big_extrapolated_gb" in mem:
+        print(f"all-in-memory: {mem['all_in_memory_bytes_per_packet']:.0f} bytes/packet "
+              f"above the imports' {mem['imports_only_maxrss_kb'] / 1024:.0f} MB -> "
+              f"{mem['all_in_memory_big_extrapolated_gb']:.1f} GB for the big run "
+              "(extrapolated)")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    made = {}
+    pcap = args.pcap
+    if pcap is None:
+        pcap = args.workdir / "lo.pcap"
+        made = make_capture(pcap, args.packets, args.max_seconds)
+    load_before = os.getloadavg()
+    results = measure_all(args, pcap)
+    total = results.get("project", {}).get("packets")
+    pcap_bytes = pcap.stat().st_size
+    if not args.keep and args.pcap is None:
+        pcap.unlink(missing_ok=True)
+    print(f"capture: {pcap} ({total} TCP packets, {pcap_bytes} bytes)"
+          f"{'; made with ' + made['tool'] + ' over 127.0.0.1' if made else ''}")
+    if made and total is not None and total < args.packets:
+        print(f"note: only {total} of {args.packets} packets were captured within "
+              f"--max-seconds {args.max_seconds:g} (a busy machine sends less)")
+    print(f"load average before/after: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f} "
+          "(2 cores shared; wall time suffers from other load, CPU time less so)")
+    print_rates(results)
+    if results.get("memory"):
+        print_memory(results["memory"])
+    figures = {"capture": {"path": str(pcap), "packets": total, "bytes": pcap_bytes, **made},
+               "loadavg_before": load_before[0], "loadavg_after": os.getloadavg()[0],
+               "results": results, "baseline_rss_note":
+               "peak RSS includes the interpreter, numpy and pandas (~100 MB)"}
+    print(json.dumps(figures))
+    from render_results import write_results  # benchmarks/, the script's own folder
+    write_results(args.results, {"benchmark": "parse_pcap", **figures})
     return 0
 
 

@@ -26,7 +26,7 @@ forward stage s started it, while it was waiting for it). From them:
 under DIR with pipeline stage logs, e.g. the sweep of specs/pipeline-bubbles.toml on a
 real fabric), where the messages cross real links.
 
-Prints one line per run, then one JSON line with everything.
+Prints one line per run, then one JSON line with everything (also to --results FILE).
 """
 from __future__ import annotations
 
@@ -121,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iterations", type=int, default=6)
     p.add_argument("--runs", type=Path, default=None, metavar="DIR",
                    help="measure the pipeline runs under DIR instead of running any")
+    p.add_argument("--results", default=None, metavar="FILE",
+                   help="also write the JSON there (benchmarks/results/NAME.json)")
     args = p.parse_args(argv)
     s = args.stages
     results = []
@@ -133,18 +135,24 @@ def main(argv: list[str] | None = None) -> int:
                          if r.get("event") == "start")
             results.append({"run": run_dir.name, **measure(
                 sp, start["mode"], int(start["stages"]), int(start["micro_batches"]))})
-        print(json.dumps({"benchmark": "pipeline_bubbles", "runs": str(args.runs),
-                          "results": results}))
-        return 0
+        return _emit({"benchmark": "pipeline_bubbles", "runs": str(args.runs),
+                      "results": results}, args.results, argv)
     with tempfile.TemporaryDirectory(prefix="pipeline-bubbles-") as tmp:
         for m in [int(x) for x in args.micro_batches.split(",")]:
             for kind in pp.SCHEDULES:
                 t0 = time.time()
                 sp = run_once(Path(tmp) / f"{kind}-{m}", s, m, kind, args)
                 results.append({**measure(sp, kind, s, m), "wall_s": time.time() - t0})
-    print(json.dumps({"benchmark": "pipeline_bubbles", "stages": s, "fwd_ms": args.fwd_ms,
-                      "bwd_ms": args.bwd_ms, "iterations": args.iterations,
-                      "results": results}))
+    return _emit({"benchmark": "pipeline_bubbles", "stages": s, "fwd_ms": args.fwd_ms,
+                  "bwd_ms": args.bwd_ms, "iterations": args.iterations,
+                  "results": results}, args.results, argv)
+
+
+def _emit(figures: dict, results_file: str | None, argv: list[str] | None) -> int:
+    """Print the JSON line; with --results also write it (benchmarks/render_results.py)."""
+    print(json.dumps(figures))
+    from render_results import write_results  # benchmarks/, the script's own folder
+    write_results(results_file, figures, [sys.argv[0], *(argv or sys.argv[1:])])
     return 0
 
 

@@ -18,7 +18,7 @@ and round-robin over two spines would put every data connection on the same one.
 
 Run as root, under the shared dev lock, e.g.:
     flock /tmp/incastlab-dev.lock .venv/bin/python benchmarks/routing_balance.py --repeats 5
-Prints a table and ends with one JSON line (all runs and the summary).
+Prints a table and ends with one JSON line (all runs and the summary; also to --results).
 """
 from __future__ import annotations
 
@@ -50,6 +50,8 @@ def parse_args(argv=None):
     p.add_argument("--hosts-per-leaf", type=int, default=4)
     p.add_argument("--host-bw", type=float, default=20.0, help="Mbit/s")
     p.add_argument("--out", default=None, help="directory for the run directories")
+    p.add_argument("--results", default=None, metavar="FILE",
+                   help="also write the JSON there (benchmarks/results/NAME.json)")
     args = p.parse_args(argv)
     args.policies = args.policies.split(",")
     unknown = [x for x in args.policies if x not in POLICIES]
@@ -149,11 +151,14 @@ def main(argv=None) -> int:
             summary.append({"policy": policy, "flows": flows, "load_ratio_mean": ratio,
                             "load_ratio_max": worst, "throughput_fraction_mean": frac})
             print(f"{policy:10s}{flows:6d}{ratio:16.2f}{worst:9.2f}{frac:23.2f}")
-    print(json.dumps({"benchmark": "routing_balance", "bisection_mbps": bisection,
-                      "spines": args.spines, "leaves": args.leaves,
-                      "hosts_per_leaf": args.hosts_per_leaf, "host_bw_mbps": args.host_bw,
-                      "seconds": args.seconds, "repeats": args.repeats,
-                      "summary": summary, "runs": runs, "run_dirs": str(out)}))
+    figures = {"benchmark": "routing_balance", "bisection_mbps": bisection,
+               "spines": args.spines, "leaves": args.leaves,
+               "hosts_per_leaf": args.hosts_per_leaf, "host_bw_mbps": args.host_bw,
+               "seconds": args.seconds, "repeats": args.repeats,
+               "summary": summary, "runs": runs, "run_dirs": str(out)}
+    print(json.dumps(figures))
+    from render_results import write_results  # benchmarks/, the script's own folder
+    write_results(args.results, figures)
     return 0
 
 

@@ -80,7 +80,7 @@ class StormWatch:
         return (f"{what} on a fabric with loops ({self.spines} spines): a flooding "
                 "controller (a learning switch) sends broadcasts around the loops forever "
                 "here. Flooding apps suit a star or a leaf-spine with one spine; on this "
-                "fabric the app must install routes (see the README, 'Coming from Ryu')")
+                "fabric the app must install routes (see docs/controller.md)")
 
 
 def ovsdb_rows(table: str, columns: str) -> list[dict]:

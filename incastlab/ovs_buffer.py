@@ -13,13 +13,11 @@ queue of the fabric holds fewer packets than its configured limit, less still wh
 other ports queue too.
 
 The buffer is ``net.core.wmem_default`` when ovs-vswitchd opened the socket: 212,992
-bytes by default, about 92 full-size frames for the whole fabric. Measured on a 4-rank
-tree all-reduce (2 x 2 x 3 fabric, 50 Mbit/s, 100-packet queues): with that default the
-captures saw 273 packets lost, tc counted no drop and the worst queue peaked at 89
-packets; with 16 MiB the same run's worst queue reached 99, tc counted 111 drops and the
-captures 105 losses. ``scripts/install.sh`` sets the default to ``INSTALL_BYTES`` and
-restarts Open vSwitch where its socket is smaller; every fabric checks the buffer
-against what its queues can hold (``required_bytes``) before it touches anything.
+bytes by default, about 92 full-size frames for the whole fabric. ``scripts/install.sh``
+sets the default to ``INSTALL_BYTES`` and restarts Open vSwitch where its socket is
+smaller; every fabric checks the buffer against what its queues can hold
+(``required_bytes``) before it touches anything. How it was found:
+docs/decisions/005-ovs-socket-buffers.md.
 """
 from __future__ import annotations
 

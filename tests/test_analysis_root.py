@@ -69,7 +69,7 @@ def test_queue_drops_and_capture_losses_agree(incast_run):
     assert f"tc counted {int(tc)} drops" in summary and "ratio" in summary, \
         "the report must put the two counts and their ratio side by side"
     # the kernel's own count of retransmitted segments against the captures' count
-    # the README's "within 1 %": with offloads off one retransmitted segment is one packet
+    # docs/emulation.md's "within 1 %": with offloads off one retransmitted segment is one packet
     # and tcpdump lost none, so they differ only by the kernel's SYN retransmissions (and
     # a FIN's, no payload in the captures' count); measured equal in every run so far
     kernel = rec["kernel"]["TcpRetransSegs"] - (rec["kernel"].get("TcpExtTCPSynRetrans") or 0)
@@ -118,7 +118,7 @@ def test_ring_captures_agree_with_the_kernel(tmp_path):
     build_report(tmp_path)
     rec = json.loads((tmp_path / "metrics.json").read_text())["reconciliation"]
     assert rec["capture_drops"] == 0, "tcpdump itself lost packets: captures untrustworthy"
-    # the README's "within 1 %": with offloads off one retransmitted segment is one packet
+    # docs/emulation.md's "within 1 %": with offloads off one retransmitted segment is one packet
     # and tcpdump lost none, so they differ only by the kernel's SYN retransmissions (and
     # a FIN's, no payload in the captures' count); measured equal in every run so far
     kernel = rec["kernel"]["TcpRetransSegs"] - (rec["kernel"].get("TcpExtTCPSynRetrans") or 0)

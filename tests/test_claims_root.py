@@ -1,4 +1,4 @@
-"""Root tier for README claims no other root test held: offloads off on every emulated
+"""Root tier for documented claims no other root test held: offloads off on every emulated
 interface (hosts and switch ports), and a new run removing what a crashed run of ours
 left (before it starts, with a notice), while leaving what is not recorded as ours.
 
@@ -17,7 +17,7 @@ from incastlab.topologies.leafspine import StarTopo
 from tests.rootnet import free_port
 
 pytestmark = pytest.mark.root
-# ethtool -k feature names of the offloads the README says are off (topologies/links.py
+# ethtool -k feature names of the offloads docs/emulation.md says are off (topologies/links.py
 # turns off tx, tso and gso: tx-checksumming, tcp-segmentation-offload and
 # generic-segmentation-offload)
 OFF = ("tx-checksumming", "tcp-segmentation-offload", "generic-segmentation-offload")

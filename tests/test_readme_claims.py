@@ -1,13 +1,14 @@
-"""The README's numbers that follow from the code, checked against the README's own text.
+"""The documented facts that follow from the code, held against the code and the
+benchmarks' JSON (benchmarks/results/), never against prose.
 
-Each test reads the claim out of README.md as written and recomputes it from the code
-(the cost model, the spec defaults, the link and controller constants), so a change to
-either side that breaks the claim fails here. Numbers a run measures are held by root
-tests and benchmarks instead: tests/README.md lists every claim and its test.
-A figure "agrees" when the computed value rounds to it at the precision the README prints
+A fact the docs state (a default, a constant, a bound of the demo) is pinned here to the
+precision the docs print, and recomputed from the code; a measured figure is read from
+the JSON file its benchmark or run wrote, so that what the JSON records and what the
+code computes cannot drift apart. tests/README.md lists every claim and its test.
+A figure "agrees" when the computed value rounds to it at the precision it is written
 (one unit of its last digit).
 """
-import re
+import json
 import tomllib
 from pathlib import Path
 
@@ -20,11 +21,11 @@ from incastlab.fabric import storm_limit_pps
 from incastlab.spec import loads_spec
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
+RESULTS = ROOT / "benchmarks" / "results"
 
 
-def _flat(text: str) -> str:
-    return re.sub(r"\s+", " ", text)
+def results(name: str) -> dict:
+    return json.loads((RESULTS / f"{name}.json").read_text())
 
 
 def _agrees(computed: float, stated: str) -> bool:
@@ -34,9 +35,10 @@ def _agrees(computed: float, stated: str) -> bool:
 
 
 def _demo_row(name: str) -> list[str]:
-    m = re.search(rf"^\| {re.escape(name)} \|(.*)\|$", README, re.M)
-    assert m, f"README has no demo table row {name!r}"
-    return [c.strip() for c in m.group(1).split("|")]
+    """A row of the demo's table (runs.demo.json), without its label."""
+    rows = [r for r in results("runs.demo")["tables"][0]["rows"] if r[0] == name]
+    assert rows, f"runs.demo.json has no demo row {name!r}"
+    return rows[0][1:]
 
 
 def _demo():
@@ -45,12 +47,10 @@ def _demo():
         spec["topology"]["host_bw_mbps"]
 
 
-def test_demo_table_states_its_configuration():
+def test_demo_figures_state_the_demos_configuration():
     workers, model_bytes, rate = _demo()
-    m = re.search(r"The demo, measured [\d-]+ \(\d+ repetitions each; (\d+) workers, "
-                  r"M = (\d+) MB, (\d+) Mbit/s[;)]", README)
-    assert m, "the demo table's caption"
-    assert (int(m.group(1)), int(m.group(2)) * 1_000_000, float(m.group(3))) == (
+    cfg = results("runs.demo")["config"]
+    assert (cfg["workers"], cfg["model_mb"] * 1_000_000, cfg["host_bw_mbps"]) == (
         workers, model_bytes, rate)
 
 
@@ -73,73 +73,76 @@ def _range(cell: str) -> tuple[str, str]:
 def test_demo_ps_row_adds_up():
     """iteration = bound + the job's schedule, and comm / bound = iteration / bound, at
     each end of the measured ranges (the sync PS computes 3 ms: nothing at this
-    precision); the sentence below the table repeats the bound and the schedule."""
+    precision); the note below the table repeats the bound and the schedule."""
     it, bound, ratio, schedule = (_range(c) for c in _demo_row("sync PS")[:4])
     b = float(bound[0])
     for end in (0, 1):
         assert float(it[end]) == pytest.approx(b + float(schedule[end]), abs=0.011), end
         assert _agrees(float(it[end]) / b, ratio[end]), (it[end], ratio[end])
-    text = _flat(README)
+    notes = " ".join(results("runs.demo")["notes"])
     assert f"through the PS port ({bound[0]} s) plus its push-then-pull schedule " \
-           f"({schedule[0] if schedule[0] == schedule[1] else '–'.join(schedule)} s)" in text
+           f"({schedule[0] if schedule[0] == schedule[1] else '–'.join(schedule)} s)" in notes
 
 
-def test_framing_factors_stated_are_the_models():
-    text = _flat(README)
-    m = re.search(r"which makes (1\.\d+) for the PS push", text)
-    assert m and _agrees(cm.framing_factor(), m.group(1))
-    m = re.search(r"which makes about (1\.\d+) for the ring", text)
-    assert m and _agrees(cm.ack_framing(), m.group(1))
-    m = re.search(r"\(f′ = (1\.\d+)\)", text)
-    assert m and _agrees(cm.ack_framing(), m.group(1))
+def test_framing_factors_are_the_models():
+    """docs/emulation.md and the all-reduce benchmark: 1.046 for a bulk flow (the PS
+    push), 1.068 for a ring host's link (f′), 1.0074 and 1.0111 at MTU 9000."""
+    assert _agrees(cm.framing_factor(), "1.046")
+    assert _agrees(cm.ack_framing(), "1.068")
+    assert _agrees(cm.framing_factor(9000), "1.0074")
+    assert _agrees(cm.ack_framing(9000), "1.0111")
 
 
-def test_ring_benchmark_sentence_matches_its_table():
-    """'91–93 % of the bound (the target is 90 %, ratio ≤ 1.11), within 0.5 % (N = 4) and
-    3 % (N = 8) of what its framing allows' against the table's ring row."""
-    text = _flat(README)
-    m = re.search(r"the ring runs at (\d+)–(\d+) % of the bound\*\* \(the target is (\d+) %, "
-                  r"ratio ≤ (1\.\d+)[;)]", text)
-    assert m, "the ring benchmark's headline"
-    low, high, target, ratio_max = (float(x) for x in m.groups())
-    assert 1 / ratio_max >= target / 100 > 1 / (ratio_max + 0.01)  # 1.11 is 90 %
-    row = re.search(r"^\| our ring \(send/recv, pipelined slices\) \| ([\d.]+)–([\d.]+) \| "
-                    r"([\d.]+)–([\d.]+) \|$", README, re.M)
-    assert row, "the ring row of the allreduce table"
-    n4_lo, n4_hi, n8_lo, n8_hi = (float(x) for x in row.groups())
+def _bench_module(name: str):
+    import importlib.util
+    import sys
+    spec = importlib.util.spec_from_file_location(f"bench_{name}",
+                                                  ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_ring_benchmark_summary_matches_its_results():
+    """The ring at 91–93 % of its bound (the benchmark's target: 90 %, ratio ≤ 1.11),
+    within 0.5 % (N = 4) and 3 % (N = 8) of what its framing allows, against the
+    recorded ratios of that benchmark's runs."""
+    data = results("allreduce_efficiency.ring")
+    bench = _bench_module("allreduce_efficiency")
+    assert data["target_efficiency"] == bench.TARGET_EFFICIENCY == 0.9
+    ratio_max = 1.11
+    assert 1 / ratio_max >= bench.TARGET_EFFICIENCY > 1 / (ratio_max + 0.01)  # 1.11 is 90 %
+    ring = {r["n"]: r["ratio"] for r in data["results"] if r["algo"] == "ring"}
+    (n4_lo, n4_hi), (n8_lo, n8_hi) = ring[4], ring[8]
+    low, high = data["summary"]["efficiency_percent"]
     efficiencies = [100 / r for r in (n4_lo, n4_hi, n8_lo, n8_hi)]
     assert round(min(efficiencies)) >= low and round(max(efficiencies)) <= high
     assert max(n4_hi, n8_hi) <= ratio_max
-    m = re.search(r"within ([\d.]+) % \(N = 4\) and ([\d.]+) % \(N = 8\) of what its "
-                  r"framing allows", text)
-    assert m
+    within = data["summary"]["within_framing_percent"]
     f = cm.ack_framing()
-    assert (n4_hi / f - 1) * 100 <= float(m.group(1))
-    assert (n8_hi / f - 1) * 100 <= float(m.group(2))
+    assert (n4_hi / f - 1) * 100 <= within["4"]
+    assert (n8_hi / f - 1) * 100 <= within["8"]
 
 
-def test_defaults_the_readme_states():
+def test_defaults_the_docs_state():
+    """`queues.csv` every 10 ms; CUBIC by default; hosts' 64 flow FIFOs."""
     spec = loads_spec("")
-    text = _flat(README)
-    assert re.search(r"`queues.csv` \(every switch egress queue every (\d+) ms\)", text) \
-        .group(1) == f"{spec.capture.queue_sample_ms:g}"
-    assert "(CUBIC by default;" in text and spec.topology.congestion_control == "cubic"
+    assert spec.capture.queue_sample_ms == 10
+    assert spec.topology.congestion_control == "cubic"
     from incastlab.topologies.links import FLOW_CLASSES
-    m = re.search(r"qdisc \(fq_codel, fq; not in this kernel\): (\d+) FIFOs", text)
-    assert m and m.group(1) == str(FLOW_CLASSES)
+    assert FLOW_CLASSES == 64
 
 
 def test_controller_listens_on_loopback_only():
-    assert "listens on 127.0.0.1 only" in _flat(README)
     import incastlab.controller.__main__ as launcher
     assert launcher.LISTEN_HOST == "127.0.0.1"
 
 
 def test_storm_limit_sits_between_pings_and_a_storm():
-    """'a learning switch made 2,500–7,000 packets/s, against at most about 100 for the
-    readiness pings' on 2 spines x 2 leaves x 2 hosts: the limit must part the two."""
-    m = re.search(r"made ([\d,]+)–([\d,]+) packets/s, against at most about (\d+) for the "
-                  r"readiness pings", _flat(README))
-    assert m
-    storm_low, pings = int(m.group(1).replace(",", "")), int(m.group(3))
+    """A learning switch's storm (2,500–7,000 packets/s measured, runs.own-controller.json)
+    against at most about 100 for the readiness pings on 2 spines x 2 leaves x 2 hosts:
+    the limit must part the two."""
+    data = results("runs.own-controller")
+    storm_low, pings = data["storm_pps"][0], data["readiness_pings_pps"]
     assert pings < storm_limit_pps(4) < storm_low

@@ -1,14 +1,14 @@
-"""The numbers of the README's job sections (parameter-server modes, model parallelism,
-all-reduce algorithms, mixture of experts) that follow from the code, read out of
-README.md as written and recomputed: the shipped spec's bounds, the pipeline schedules'
-simulation, the GShard capacity, the learning-rate rules' defaults.
+"""The job pages' facts that follow from the code (parameter-server modes, model
+parallelism, all-reduce algorithms, mixture of experts), held against the code and the
+benchmarks' JSON (benchmarks/results/), never against prose: the shipped spec's bounds,
+the pipeline schedules' simulation, the GShard capacity, the learning-rate rules.
 
-What the README measured on a fabric (iteration and all-reduce times, bubbles, queue
-depths) is held by the root tests and benchmarks that tests/README.md names; these tests
-hold only what no measurement may change. A figure agrees when the computed value rounds
-to it at the precision the README prints.
+What a run measured on a fabric (iteration and all-reduce times, bubbles, queue depths)
+is held by the root tests and benchmarks that tests/README.md names; these tests hold
+only what no measurement may change. A figure agrees when the computed value rounds to
+it at the precision it is written.
 """
-import re
+import json
 from pathlib import Path
 
 import pytest
@@ -22,15 +22,16 @@ from incastlab.jobs import ring as ring_job
 from incastlab.spec import expand_sweep, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
-FLAT = " ".join(README.split())
+RESULTS = ROOT / "benchmarks" / "results"
 ALGORITHMS = ("ring", "halving-doubling", "tree", "hierarchical")
+# docs/jobs-allreduce.md: the shipped spec's bounds per all-reduce of 1 MB, and the
+# hierarchical algorithm's predicted speed-up over the ring
+STATED_BOUNDS = {"ring": 1.42, "halving-doubling": 1.71, "tree": 1.28, "hierarchical": 0.90}
+STATED_SPEEDUP = 1.58
 
 
-def _search(pattern):
-    m = re.search(pattern, FLAT)
-    assert m, f"README no longer says {pattern!r}"
-    return m
+def results(name: str) -> dict:
+    return json.loads((RESULTS / f"{name}.json").read_text())
 
 
 def _shipped_allreduce_bounds():
@@ -49,11 +50,10 @@ def _shipped_allreduce_bounds():
     return spec, out
 
 
-def test_allreduce_algorithms_spec_is_the_fabric_the_readme_describes():
-    m = _search(r"runs the four on an oversubscribed fabric: (\d+) ranks on (\d+) leaves, "
-                r"(\d+) Mbit/s hosts, one (\d+) Mbit/s uplink per leaf \((\d+):1\), ranks "
-                r"dealt round-robin over the leaves")
-    ranks, leaves, host, uplink, over = map(int, m.groups())
+def test_allreduce_algorithms_spec_is_the_fabric_the_docs_describe():
+    """6 ranks on 3 leaves, 50 Mbit/s hosts, one 20 Mbit/s uplink per leaf (5:1), ranks
+    dealt round-robin over the leaves."""
+    ranks, leaves, host, uplink, over = 6, 3, 50, 20, 5
     spec = load_spec(ROOT / "specs" / "allreduce-algorithms.toml", allow_sweep=True)
     t = spec.topology
     assert (t.leaves, t.spines, t.host_bw_mbps, t.fabric_bw_mbps) == (leaves, 1, host, uplink)
@@ -65,38 +65,39 @@ def test_allreduce_algorithms_spec_is_the_fabric_the_readme_describes():
 
 
 def test_allreduce_algorithm_bounds_are_the_cost_models():
-    """"Bounds per all-reduce of 1 MB: ring 1.42 s, …" and the table's bound column."""
-    m = _search(r"Bounds per all-reduce of 1 MB: ring ([\d.]+) s \([^)]*\), halving-doubling "
-                r"([\d.]+) s, tree ([\d.]+) s, hierarchical ([\d.]+) s")
-    stated = dict(zip(ALGORITHMS, (float(x) for x in m.groups()), strict=True))
+    """The stated bounds, the measured sweep's bound column (runs.allreduce-algorithms.json)
+    and the predicted speed-up are the cost model's."""
     _, bounds = _shipped_allreduce_bounds()
-    assert {a: round(bounds[a], 2) for a in ALGORITHMS} == stated
-    section = README[README.index("## All-reduce algorithms"):]
+    assert {a: round(bounds[a], 2) for a in ALGORITHMS} == STATED_BOUNDS
+    rows = {r[0]: r for r in results("runs.allreduce-algorithms")["tables"][0]["rows"]}
     for algo in ALGORITHMS:  # the measured table repeats each bound
-        row = re.search(rf"^\| {re.escape(algo)} \| [\d.]+ s \| ([\d.]+) s \|", section, re.M)
-        assert row and float(row[1]) == stated[algo], algo
-    ratio = float(_search(r"the bounds predicted ([\d.]+)×")[1])
-    assert round(bounds["ring"] / bounds["hierarchical"], 2) == ratio
+        assert float(rows[algo][2].removesuffix(" s")) == STATED_BOUNDS[algo], algo
+    assert round(bounds["ring"] / bounds["hierarchical"], 2) == STATED_SPEEDUP
 
 
 def test_pipeline_formula_column_is_the_textbook_bubble():
-    """The bubble tables' formula column: (S−1)/(M+S−1) for 4 stages."""
-    rows = re.findall(r"^\| (\d+) \| ([\d.]+) \| [\d.]+ \(×", README, re.M)
-    assert [int(m) for m, _ in rows] == [1, 4, 8]
-    for m, stated in rows:
-        assert f"{3 / (int(m) + 3):.3f}" == stated
-        sim = pp.simulate("gpipe", 4, int(m), 0.05, 0.1)
-        assert f"{sim['bubble']:.3f}" == stated
+    """Every pipeline_bubbles result's formula column: (S−1)/(M+S−1) for 4 stages, and
+    the simulation's bubble with free messages."""
+    for name in ("pipeline_bubbles", "pipeline_bubbles.earlier"):
+        data = results(name)
+        assert data["stages"] == 4
+        ms = sorted({r["micro_batches"] for r in data["results"]})
+        assert ms == [1, 4, 8], name
+        for r in data["results"]:
+            m = r["micro_batches"]
+            assert r["formula"] == pytest.approx(3 / (m + 3), abs=5e-4), (name, m)
+            sim = pp.simulate(r["schedule"], 4, m, data["fwd_ms"] / 1e3, data["bwd_ms"] / 1e3)
+            assert sim["bubble"] == pytest.approx(3 / (m + 3)), (name, m)
+    table = results("runs.pipeline-fabric")["tables"][0]["rows"]
+    assert [(int(r[0]), r[1]) for r in table] == [(m, f"{3 / (m + 3):.3f}") for m in (1, 4, 8)]
 
 
 def test_pipeline_schedules_with_message_latency_are_the_simulation():
-    m = _search(r"Simulated for S = (\d+), t_f = (\d+) ms, t_b = (\d+) ms, c = (\d+) ms: "
-                r"GPipe adds (\d+)c per step, 1F1B (\d+)c, (\d+)c and (\d+)c for M = (\d+), "
-                r"(\d+), (\d+) \(bubble ([\d.]+) vs ([\d.]+) at M = (\d+); at c = (\d+) ms "
-                r"([\d.]+) vs ([\d.]+)\)")
-    g = m.groups()
-    s, tf, tb, c = int(g[0]), int(g[1]) / 1e3, int(g[2]) / 1e3, int(g[3]) / 1e3
-    gpipe_adds, one_adds, ms = int(g[4]), [int(x) for x in g[5:8]], [int(x) for x in g[8:11]]
+    """docs/jobs-model-parallel.md: for S = 4, t_f = 20 ms, t_b = 40 ms, c = 2 ms, GPipe
+    adds 6c per step, 1F1B 10c, 16c and 28c for M = 4, 8, 16 (bubble 0.286 vs 0.306 at
+    M = 8; at c = 10 ms 0.333 vs 0.415)."""
+    s, tf, tb, c = 4, 0.020, 0.040, 0.002
+    gpipe_adds, one_adds, ms = 6, [10, 16, 28], [4, 8, 16]
 
     def added(kind, mb):  # the step's growth with latency c, in units of c
         free = pp.simulate(kind, s, mb, tf, tb)["step_s"]
@@ -105,16 +106,14 @@ def test_pipeline_schedules_with_message_latency_are_the_simulation():
     for mb, one in zip(ms, one_adds, strict=True):
         assert added("gpipe", mb) == pytest.approx(gpipe_adds)
         assert added("1f1b", mb) == pytest.approx(one)
-    at_m, c2 = int(g[13]), int(g[14]) / 1e3
-    bubbles = [f"{pp.simulate(k, s, at_m, tf, tb, comm_s=cc)['bubble']:.3f}"
-               for cc in (c, c2) for k in ("gpipe", "1f1b")]
-    assert bubbles == [g[11], g[12], g[15], g[16]]
+    bubbles = [f"{pp.simulate(k, s, 8, tf, tb, comm_s=cc)['bubble']:.3f}"
+               for cc in (c, 0.010) for k in ("gpipe", "1f1b")]
+    assert bubbles == ["0.286", "0.306", "0.333", "0.415"]
 
 
 def test_one_f_one_b_holds_fewer_micro_batches():
-    m = _search(r"logged as `max_in_flight`: (\d+), (\d+), (\d+), (\d+) against (\d+) for "
-                r"GPipe at M = (\d+)")
-    *one, gpipe, mb = (int(x) for x in m.groups())
+    """`max_in_flight`: 4, 3, 2, 1 for 1F1B against 8 for GPipe at M = 8."""
+    one, gpipe, mb = [4, 3, 2, 1], 8, 8
     stages = len(one)
     assert [pp.max_in_flight(pp.schedule("1f1b", stages, mb, s)) for s in range(stages)] == one
     assert {pp.max_in_flight(pp.schedule("gpipe", stages, mb, s))
@@ -122,23 +121,17 @@ def test_one_f_one_b_holds_fewer_micro_batches():
 
 
 def test_moe_hot_expert_takes_its_capacity_from_every_host():
-    """"expert 0 received 768 tokens a step (192 from each host, its capacity)" for the
-    stated job: 4 experts, 512 tokens, top-1, capacity factor 1.5."""
-    cfg = _search(r"Measured \(`tests/test_moe_root.py`: (\d+) experts on two leaves, \d+ "
-                  r"Mbit/s, (\d+) tokens of 1 KiB, top-(\d), alpha = [\d.]+, capacity "
-                  r"([\d.]+),")
-    experts, tokens, top_k, factor = (int(cfg[1]), int(cfg[2]), int(cfg[3]), float(cfg[4]))
-    got = _search(r"expert 0 received (\d+) tokens a step \((\d+) from each host, its "
-                  r"capacity\)")
-    cap = moe_app.capacity(tokens, experts, top_k, factor)
-    assert cap == int(got[2]) and experts * cap == int(got[1])
+    """runs.moe.json: expert 0 received 768 tokens a step, 192 from each host (its
+    capacity), for its job: 4 experts, 512 tokens, top-1, capacity factor 1.5."""
+    data = results("runs.moe")
+    cfg, hot = data["config"], data["hot_expert"]
+    cap = moe_app.capacity(cfg["tokens"], cfg["experts"], cfg["top_k"], cfg["capacity_factor"])
+    assert cap == hot["from_each_host"] and cfg["experts"] * cap == hot["tokens_per_step"]
 
 
-def test_lr_rules_table_defaults_are_the_codes():
-    defaults = {}
-    for rule, modes in re.findall(r"^\| `(\w+)` \| [^|]+ \| ([a-z, ]*) \|$", README, re.M):
-        for mode in filter(None, (x.strip() for x in modes.split(","))):
-            defaults[mode] = rule
-    assert defaults == dict(ps_app.DEFAULT_LR_RULE)
-    assert {r for r, _ in re.findall(r"^\| `(\w+)` \| ([^|]+) \|", README, re.M)
-            if r in ps_app.LR_RULES} == set(ps_app.LR_RULES)
+def test_lr_rules_and_their_defaults_are_the_codes():
+    """docs/jobs-ps.md's table: `mean` for sync and backup, `per_worker` for async and ssp;
+    the rules mean, per_worker, staleness."""
+    assert dict(ps_app.DEFAULT_LR_RULE) == {"sync": "mean", "backup": "mean",
+                                            "async": "per_worker", "ssp": "per_worker"}
+    assert set(ps_app.LR_RULES) == {"mean", "per_worker", "staleness"}

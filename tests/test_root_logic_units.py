@@ -487,7 +487,7 @@ def test_run_exit_code_follows_the_status(run_cli, monkeypatch):
 def test_allowed_congestion_controls_restored_after_the_run(tmp_path, monkeypatch, allowed,
                                                              cc, during):
     """A namespace may only pick an algorithm the root allows: a run adds its own to
-    tcp_allowed_congestion_control and puts the list back at teardown (README)."""
+    tcp_allowed_congestion_control and puts the list back at teardown (docs/emulation.md)."""
     from incastlab import fabric
     from incastlab.topologies.leafspine import StarTopo
     fake = tmp_path / "tcp_allowed_congestion_control"

@@ -36,7 +36,7 @@ def errors(*overrides, **kw) -> list[str]:
 
 # ------------------------------------------------------------------ boundaries
 
-# (field, lowest allowed, highest allowed, just below, just above); the README and
+# (field, lowest allowed, highest allowed, just below, just above); the docs and
 # `python -m incastlab.spec` state these ranges. The fabric's size limits are checked
 # with the other sizes set so that the fabric still holds the default workload.
 BOUNDS = [

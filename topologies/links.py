@@ -6,79 +6,32 @@ this machine kind has no netem. So every switch egress port gets
     root HTB (rate = link bw) -> class 1:1 -> pfifo limit=queue_packets  (handle 10:)
                                           or bfifo limit=queue_bytes
 
-which makes drops happen in one known queue and be counted by ``tc -s qdisc show``. A
-switch buffer given in bytes (``queue_bytes``, as real switches size theirs) is a bfifo:
-it drops a frame that would take the backlog past the limit, whatever the frame's size,
-so 20 packets' worth of 1514-byte frames (30,280 bytes) holds only 3 jumbo frames.
-
-The MTU (``mtu``, 1500 by default, up to 9000) is set on every host and switch
-interface (and as OVS's ``mtu_request`` on the switch ports, so the userspace datapath
-sizes its receive buffers for it); the hosts' TCP then picks its MSS from it. Every size
-derived from a frame follows it: a frame is mtu + 14 bytes (`frame_bytes`), a full TCP
-segment with timestamps carries mtu - 52 (`mss_bytes`), the hosts' round-robin quantum
-is one frame, HTB's bucket holds at least two frames, and ``gso_max_segs`` counts
-segments of that MSS.
-
-Hosts get the same HTB shaping, but flow-fair, as any current Linux host's qdisc is
-(fq_codel or fq, neither of which this kernel has): FLOW_CLASSES leaf classes served
-round-robin one packet's worth at a time (HTB's deficit round-robin, quantum = one
-full frame: 1514 bytes at MTU 1500), each a FIFO (pfifo of ``HOST_QUEUE_PACKETS``, deep like a NIC's
-txqueuelen, so that congestion drops happen in the fabric, not in the sender's stack).
-A classic-BPF program run by cls_bpf (`flow_hash_bytecode`, built here, mirrored by
-`flow_slot`) picks the class from a hash of the connection's 4-tuple:
-
-    root HTB -> 1:1 (rate = link bw, the only token bucket) -> 1:100 .. 1:13f, one per
-                slot, rate ~0, ceil = link, quantum 1514 -> pfifo (handles 100: .. 13f:)
-
-Why per connection: a host that sends and receives at once (every rank of a ring
-all-reduce) used to put the ACKs of its incoming flow behind its own outgoing data in one
-FIFO: a median of 5-10 ms per ACK in a 4-rank ring at 50 Mbit/s (18 ms at 20 Mbit/s),
-against 2 ms in the switch queues, which inflated every incoming flow's RTT and
-ACK-clocked it in bursts. The fix before this one gave pure ACKs a class of their own,
-served first; but a pure ACK then also overtook its *own* connection's queued data (gloo
-sends small messages back over a ring connection), and since it carries the newest
-sequence number, every such data segment arrived looking old: Wireshark's TCP analysis
-of a ring demo's host capture flagged ~2,650 "retransmissions" where the kernel counted
-50 (issue 13). Per-connection FIFOs give both: a connection's ACKs wait for no other
-connection's bulk, and nothing of a connection — data, ACK, FIN — ever overtakes
-anything of the same connection, exactly as under fq/fq_codel.
-
-The hash is symmetric (the sum of the two addresses and the sum of the two ports, each
-mixed by a 32-bit multiply; like Linux's own flow hash, which orders the endpoints
-first), so a connection has one slot in both directions; on a host's egress only one
-direction is ever seen, so symmetry changes no host's grouping, it only makes a slot a
-property of the connection (what analysis and tests can name). Non-first IP fragments
-and protocols without ports hash on the addresses alone; non-IP frames (ARP) take slot 0
-(HTB's default class). Why 64 slots and not a handful: two connections of a host that
-share a slot are one FIFO again, and with random ephemeral ports a pair collides with
-probability 1/FLOW_CLASSES — 1 in 8 per ring rank with 8 slots (an 8-rank ring would
-have a colliding rank in 2 runs of 3), 1 in 64 here. An idle class costs nothing (HTB
-only visits backlogged ones) and bring-up is one ``tc -batch``.
-Why rate ~0 on the leaves: every byte then borrows from 1:1, so the link's single token
-bucket (its rate and its burst) shapes the host exactly as one class did, and HTB's
-round-robin among borrowing classes is what orders them; a leaf with a guaranteed rate
-and its own burst could send that burst without asking the link's bucket.
-Trade-off: a real host's NIC ring is a FIFO, but the qdisc above it decides the order,
-and a shared deep FIFO was the less faithful choice. The classes only reorder the host's
-own packets across connections: the host's rate, the switch queues and what they hold
-are unchanged.
-
-Where a delay is asked for, netem (with the packet limit) replaces each pfifo child;
+which makes drops happen in one known queue, counted by ``tc -s qdisc show``. A bfifo
+drops a frame that would take the backlog past its byte limit, whatever the frame's
+size. Where a delay is asked for, netem (with the packet limit) replaces the child;
 bring-up refuses a delay when the kernel has no netem (see incastlab.preflight).
 
-Segmentation offloads are switched off on every interface: with OVS's userspace
-datapath TCP stalls otherwise, and captures then show wire-sized packets. That alone does
-not make the *qdisc* see wire-sized packets: Linux gives every TCP socket software GSO
-and segments after the qdisc, so a host's queue held 20-45 kB super-packets (measured at
-20 Mbit/s), which HTB released whole, as line-rate bursts of 15-30 frames into the leaf
-port, and which made one round-robin turn of a bulk class cost an ACK 10-20 ms. So a
-shaped interface also gets ``gso_max_segs`` = `gso_segments` (bw): the segments that fit
-in ~1 ms at the link rate, at least 2 — what Linux's own TSO autosizing gives a flow
-paced at that rate (``sk_pacing_shift`` 10: 2 segments at 20 Mbit/s, 4 at 50, 17 at
-200). A turn then costs a competing ACK at most ~1 ms. One segment per skb would be finer
-still, but costs the host stacks ~4x more packets to process: with 8 ring ranks at
-50 Mbit/s on 2 busy cores it made the ring 15-20 % slower (benchmarks/
-allreduce_efficiency.py, A/B under the same load).
+The MTU (``mtu``, 1500 by default, up to 9000) is set on every host and switch
+interface (and as OVS's ``mtu_request`` on switch ports); every size derived from a
+frame follows it: a frame is mtu + 14 bytes (`frame_bytes`), a full segment carries
+mtu - 52 (`mss_bytes`), the hosts' quantum is one frame, HTB's bucket at least two.
+
+Hosts are shaped flow-fair, as a Linux host's fq/fq_codel would (this kernel has
+neither): FLOW_CLASSES leaf FIFOs (pfifo of ``HOST_QUEUE_PACKETS``, deep like a NIC's
+txqueuelen) served round-robin one frame at a time under the link's single token
+bucket, each connection hashed to one by a classic-BPF program run by cls_bpf
+(`flow_hash_bytecode`, mirrored by `flow_slot`: a symmetric hash of the 4-tuple, so a
+connection has one slot in both directions; non-IP frames take slot 0):
+
+    root HTB -> 1:1 (rate = link bw, the only token bucket) -> 1:100 .. 1:13f, one per
+                slot, rate ~0, ceil = link, quantum = one frame -> pfifo (100: .. 13f:)
+
+so a host's ACKs never wait behind another connection's bulk, and nothing of a
+connection overtakes anything of the same connection. Offloads are off on every
+interface (the userspace datapath stalls TCP otherwise), and ``gso_max_segs`` =
+`gso_segments` (bw), ~1 ms of segments at the link rate, bounds the software-GSO
+bursts the qdisc sees. Why each of these, with the measurements:
+docs/decisions/003-host-flow-fifos.md and docs/emulation.md.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The README's main job: a small leaf–spine fabric, the same training job once with a
+"""`make demo`: a small leaf–spine fabric, the same training job once with a
 synchronous parameter server and once with ring all-reduce, then the comparison report
 (specs/demo.toml; about three minutes on 2 cores). Routing is held fixed (policy
 single) so that both jobs see the same spine balance: the comparison is PS vs ring."""
