@@ -142,10 +142,10 @@ class IncastJob(Job):
         return {"rounds": incast_rounds(a.tables["workers_raw"])}
 
     def plots(self, a) -> dict:
-        r = a.tables["retrans"]
-        rto = r.loc[r["event"].astype(bool) & (r["kind"] == "rto"), "t"] if len(r) else []
         from incastlab.jobs.incast_figures import incast_goodput
 
+        r = a.tables["retrans"]
+        rto = r.loc[r["event"].astype(bool) & (r["kind"] == "rto"), "t"] if len(r) else []
         return {"incast": lambda path: incast_goodput(a.tables["rounds"], path, rto)}
 
     def sections(self, a, figs) -> list[Section]:
