@@ -1,4 +1,4 @@
-"""The tree all-reduce's two directions are independent (apps/collectives.py, tree_allreduce).
+"""The tree all-reduce's two directions are independent (apps/tree_allreduce.py).
 
 A rank forwards the broadcast of slice j as soon as its parent sent it, whatever the
 state of its own reduction. The design before interleaved both in one thread (broadcast
@@ -18,7 +18,7 @@ import json
 import sys
 
 from incastlab.apps.local import LocalJob, free_port
-from incastlab.apps.collectives import tree_height, tree_slices
+from incastlab.apps.tree_allreduce import tree_height, tree_slices
 
 WORLD = 8
 NUMEL = 8 * 16384 // 4  # 8 slices of MIN_SLICE_BYTES (16 KiB)
@@ -28,7 +28,7 @@ TIMEOUT_S = 15.0  # each wait's deadline: a deadlock fails within it
 RANK = r"""
 import datetime, json, os, sys
 import torch, torch.distributed as dist
-from incastlab.apps.collectives import tree_allreduce, tree_slices
+from incastlab.apps.tree_allreduce import tree_allreduce, tree_slices
 rank, world, port, out, numel, special, timeout = (int(sys.argv[1]), int(sys.argv[2]),
     sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7]))
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,

@@ -1,4 +1,4 @@
-"""The tree all-reduce's credit window (apps/collectives.py, tree_allreduce, tree_window).
+"""The tree all-reduce's credit window (apps/tree_allreduce.py).
 
 A parent posts its receive for a child's slice j + window only once slice j has arrived
 from every child, and gloo's send waits for its receiver's post: so while one child is
@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from incastlab.apps.local import LocalJob, free_port
-from incastlab.apps.collectives import (
+from incastlab.apps.tree_allreduce import (
     STANDARD_MTU,
     TREE_WINDOW,
     TREE_WINDOW_JUMBO,
@@ -37,7 +37,7 @@ SETTLE_S = 1.0  # after the count reached the window: time for a send past it to
 RANK = r"""
 import datetime, json, os, sys, threading, time
 import torch, torch.distributed as dist
-from incastlab.apps.collectives import default_tree_window, tree_allreduce, tree_slices
+from incastlab.apps.tree_allreduce import default_tree_window, tree_allreduce, tree_slices
 rank, port, out, numel, window, timeout, settle = (int(sys.argv[1]), sys.argv[2],
     sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]), float(sys.argv[7]))
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
