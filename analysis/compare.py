@@ -433,10 +433,10 @@ def _all_zero(table: pd.DataFrame, metric: str) -> bool:
     return bool(vals) and all(v == 0 for v in vals)
 
 
-def _load_runs(run_dirs) -> list[dict]:
+def _load_runs(run_dirs, jobs=None) -> list[dict]:
     runs = []
     for rd in run_dirs:
-        a = analyse(rd)
+        a = analyse(rd, jobs=jobs)
         runs.append({"dir": str(rd), "name": Path(rd).name, "status": a.status,
                      "reason": a.reason, "spec": a.spec, "manifest": a.manifest,
                      "headline": a.metrics["headline"], "analysis": a,
@@ -445,7 +445,7 @@ def _load_runs(run_dirs) -> list[dict]:
     return runs
 
 
-def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
+def compare_runs(run_dirs, out_dir, include_incomplete: bool = False, jobs=None) -> dict:
     """Compare several run directories; write compare.html, compare.csv, runs.csv,
     compare.json and plots/compare_*.png into `out_dir`.
 
@@ -453,18 +453,19 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
     'confounds': [Confound]}. The table (long format) has group, metric, unit, n, mean,
     sd, ci95 (half-width of the 95 % CI; empty when n < 3), lo, hi (the interval, lo
     clipped at 0 for quantities that cannot be negative) and values (each run's value,
-    ';'-separated). Raises DuplicateRunError when a run is given twice.
+    ';'-separated). Raises DuplicateRunError when a run is given twice. `jobs`: the
+    job registry the command hands in (report.analyse).
     """
     check_distinct(run_dirs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    runs = _load_runs(run_dirs)
+    runs = _load_runs(run_dirs, jobs)
     keys = differing_keys([r["spec"] for r in runs])
     for r in runs:
         r["group"] = group_label(r["spec"], keys)
     keys = mj.regroup(runs, keys)  # [[jobs]]: jobs=together / alone-<i>, not the array
     used = [r for r in runs if include_incomplete or r["status"] == "complete"]
-    declared = metrics.compared()  # the one declared list (metrics.py)
+    declared = metrics.compared(jobs)  # the one declared list (metrics.py)
     units = {m.name: m.unit for m in declared}
     rows = []
     for group in dict.fromkeys(r["group"] for r in used):
@@ -485,7 +486,7 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
                  ).to_csv(out / "runs.csv", index=False)
     figs, not_drawn, sweeps = [], [], []  # sweeps: the line plots, no interactive twin
     x_key = sweep_axis(used, keys)
-    for metric in (m.name for m in metrics.plotted() if m.compare):
+    for metric in (m.name for m in metrics.plotted(jobs) if m.compare):
         unit = units[metric]
         if table.empty or not (table["metric"] == metric).any():
             continue

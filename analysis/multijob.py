@@ -274,8 +274,6 @@ def _table_html(df: pd.DataFrame) -> str:
 def with_section(sections: list, a, figs: dict) -> list:
     """``sections`` plus "Jobs on the fabric", "Shared queues by job" and each job's own
     sections (titled ``Job i (kind): ...``) for a run with [[jobs]]."""
-    from incastlab.jobs import JOBS
-
     t = (a.tables or {}).get("jobs") or {}
     if not t:
         return sections
@@ -296,7 +294,7 @@ def with_section(sections: list, a, figs: dict) -> list:
     for r in t["records"]:
         i = int(r["index"])
         sub = t["subs"][i]
-        job = JOBS.get(r.get("kind"))
+        job = (getattr(a, "jobs", None) or {}).get(r.get("kind"))
         if job is None:
             continue
         try:

@@ -278,7 +278,9 @@ def _img(path: Path | None, alt: str) -> str:
 def headline_section(a) -> tuple[str, str, str]:
     """The headline table: every declared metric this run's job measures (metrics.py),
     with its value, unit and meaning; n/a rows say why."""
-    readings = metrics.shown(metrics.from_json(a.metrics), a.metrics["run"].get("kind"))
+    jobs = getattr(a, "jobs", None)
+    readings = metrics.shown(metrics.from_json(a.metrics, jobs), a.metrics["run"].get("kind"),
+                             jobs)
     rows, md = [], ["| metric | value | meaning |", "|---|---|---|"]
     for r in readings:
         m = r.metric

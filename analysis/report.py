@@ -12,6 +12,7 @@ import json
 import math
 import traceback
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,9 @@ class Analysis:
     problems: list = field(default_factory=list)  # warnings worth showing at the top
     inputs: inp.Inventory | None = None  # every input file and its state (inputs.py)
     out_dir: Path | None = None  # where build_report writes (full tables go to tables/)
+    # the job registry the command handed in (kind -> Job: incastlab.jobs.JOBS); empty:
+    # the generic sections only (the analysis never imports the orchestrator)
+    jobs: Mapping = field(default_factory=dict)
 
 
 def _time_range(manifest, queues, tcp_df, workers):
@@ -100,14 +104,18 @@ def rto_threshold_from_spec(spec: dict) -> float:
 
 
 def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True,
-            chunk_packets: int = chunked.CHUNK_PACKETS) -> Analysis:
+            chunk_packets: int = chunked.CHUNK_PACKETS,
+            jobs: Mapping | None = None) -> Analysis:
     """Read a run directory and compute every table and headline metric.
 
     `rto_threshold_s`: silence before a retransmission that makes it an RTO (s); default
     from the spec (`rto_threshold_from_spec`). `cache`: keep/use Parquet caches of
     parsed pcaps next to them. `chunk_packets`: packets analysed at once (chunked.py:
     captures are read one at a time and analysed a group of connections at a time, so
-    memory does not grow with the run; the tables do not depend on it).
+    memory does not grow with the run; the tables do not depend on it). `jobs`: the
+    job registry (kind -> Job, `incastlab.jobs.JOBS`), which the command resolves and
+    hands in; without it the job's own tables, bound, sections, metrics and findings
+    are left out (the generic sections only).
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -337,7 +345,7 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True,
         missing.setdefault(group, why)  # an input absent as a whole already says so
     problems += inventory.problems()
     a = Analysis(run_dir, manifest, spec, fabric, status, reason, t0, t1,
-                 missing=missing, problems=problems, inputs=inventory)
+                 missing=missing, problems=problems, inputs=inventory, jobs=dict(jobs or {}))
     a.tables = {"queues_d": qd, "queue_summary": qsum, "flows": fsum, "throughput": tput,
                 "retrans": retrans, "recovery_episodes": rec_eps, "losses": attributed,
                 "balance": balance, "utilisation": util, "episodes": episodes,
@@ -362,7 +370,7 @@ def analyse(run_dir, rto_threshold_s: float | None = None, cache: bool = True,
     ring = a.tables.get("ring", pd.DataFrame(columns=["bound_s", "allreduce_s", "ratio"]))
     dropped = a.tables.get("discarded", pd.DataFrame(columns=["rank", "discarded"]))
     impact = training.impact_summary(iters_ev)
-    kind = mt.run_kind(mode, spec)
+    kind = mt.run_kind(mode, spec, a.jobs)
     rs = tcp.retrans_summary(retrans)
     a.metrics = _jsonable({
         "run": {"dir": str(run_dir), "status": status, "reason": reason,
@@ -513,7 +521,8 @@ def _jsonable(obj):
 
 
 def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
-                 cache: bool = True, plots: bool = True) -> dict[str, Path]:
+                 cache: bool = True, plots: bool = True,
+                 jobs: Mapping | None = None) -> dict[str, Path]:
     """Analyse `run_dir` and write metrics.json, summary.md, report.html and plots/*.png.
 
     Outputs go to `out_dir` (default: the run directory itself, as the run-directory
@@ -521,9 +530,10 @@ def build_report(run_dir, out_dir=None, rto_threshold_s: float | None = None,
     Path, 'plots': [Path]} (also keyed 'metrics.json', 'summary.md', 'report.html').
     Raises FileNotFoundError if run_dir does not exist; otherwise missing inputs are
     reported inside the outputs. `rto_threshold_s`: see `analyse`. `plots=False` skips
-    the figures (a quick rebuild of the numbers).
+    the figures (a quick rebuild of the numbers). `jobs`: the job registry (see
+    `analyse`).
     """
-    a = analyse(run_dir, rto_threshold_s=rto_threshold_s, cache=cache)
+    a = analyse(run_dir, rto_threshold_s=rto_threshold_s, cache=cache, jobs=jobs)
     out = Path(out_dir) if out_dir else a.run_dir
     out.mkdir(parents=True, exist_ok=True)
     a.out_dir = out

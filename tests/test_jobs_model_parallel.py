@@ -11,7 +11,7 @@ import json
 import pytest
 
 from incastlab.analysis import costmodel as cm
-from incastlab.analysis.report import analyse, build_report
+from incastlab.commands.common import analyse, build_report
 from incastlab.analysis.synthetic import demo_fabric, make_run_dir
 from incastlab.apps import pipeline as pp
 from incastlab.apps import tensor as tp

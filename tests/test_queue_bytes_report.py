@@ -3,7 +3,7 @@ synthetic run directory whose fabric map has queue_bytes and whose queue samples
 port to its limit."""
 import dataclasses
 
-from incastlab.analysis.report import analyse
+from incastlab.commands.common import analyse
 from incastlab.analysis.synthetic import demo_fabric, make_run_dir
 from incastlab.topologies.fabricmap import Link
 
