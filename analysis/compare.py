@@ -30,7 +30,8 @@ from . import accuracy, interactive, metrics, plots
 from . import interactive_compare as ic
 from . import multijob as mj
 from .render import CSS, _img
-from .report import _jsonable, analyse
+from .reading import jsonable as _jsonable
+from .report import analyse
 
 # bookkeeping and limits, not experiment factors
 IGNORED_KEYS = {"run.seed", "run.name", "run.out_dir", "run.repetitions", "run.description",

@@ -30,7 +30,7 @@ import pandas as pd
 
 from . import attribution as attr
 from . import render, training
-from .metrics import run_kind
+from .jobkind import run_kind
 from .stages import Section
 
 __all__ = ["COST_KEYS", "analyse_job", "attribution_plot", "cost_section", "job_of", "plots",

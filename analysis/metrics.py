@@ -17,25 +17,16 @@ CLI leave it out.
 Adding metrics. One that every job with a cost model has (the bound, the network's
 cost over it) goes into `HEADLINE` with `kinds=()`, computed from `a.metrics["cost"]`
 (analysis/jobcost.py) and n/a where the job has none. One that only a job kind has is
-returned by that job's `metrics()`::
-
-    class RingJob(Job):
-        def metrics(self):
-            return [Metric("allreduce_over_bound", "all-reduce over its bound", "ratio",
-                           "Mean all-reduce time over 2(N-1)/N·M/B: 1.0 = at the bound.",
-                           compute=lambda a: (a.metrics.get("ring") or {}).get("ratio_mean"),
-                           inputs=("workers", "fabric"), cli=True)]
-
-A job kind's own metrics are what its `Job.metrics()` returns: they are collected from
-the job registry the command hands in (`job_metrics(jobs)`; the analysis never imports
-the orchestrator's `incastlab.jobs`), and one that names no `kinds` belongs to the job
-that declares it. Several jobs may return the same Metric object (a
-metric they share); its kinds are merged. `register(*metrics, kind=None)` adds
-declarations from anywhere else (a test, a user's script). Names are unique: a second,
-different declaration of a name raises ValueError. `metrics_for(kind)` is the list
-that applies to one job kind (`kinds=()` means every kind); `all_metrics()` is every
-declared metric, whose keys metrics.json always holds, so files of different job kinds
-compare key by key.
+returned by that job's `Job.metrics()` (e.g. incastlab/jobs/ring.py's
+`allreduce_over_bound`): they are collected from the job registry the command hands in
+(`job_metrics(jobs)`; the analysis never imports the orchestrator), one that names no
+`kinds` belongs to the job that declares it, and several jobs may return the same
+Metric (its kinds are merged). `register(*metrics, kind=None)` adds declarations from
+anywhere else (a test, a user's script). Names are unique: a second, different
+declaration of a name raises ValueError. `metrics_for(kind, jobs)` is the list that
+applies to one job kind (`kinds=()`: every kind); `all_metrics(jobs)` is every declared
+metric, whose keys metrics.json always holds, so files of different job kinds compare
+key by key.
 """
 from __future__ import annotations
 
@@ -45,6 +36,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
+
+from .jobkind import logs_iterations, run_kind  # noqa: F401 - run_kind: metrics' face
+
+__all__ = ["COUNT_UNITS", "HEADLINE", "INPUTS", "LATENCY", "TRAINING", "Metric", "Reading",
+           "aggregate_mbps", "all_metrics", "by_name", "compared", "count", "evaluate",
+           "for_cli", "from_json", "headline", "job_metrics", "metrics_for",
+           "not_available", "plotted", "register", "rounds_with_rto", "run_kind", "shown",
+           "significant", "unregister"]
 
 # Analysis.missing keys -> the run-directory inputs they stand for (shown in the report)
 INPUTS = {
@@ -204,12 +203,6 @@ def _balance_note(a):
 
 
 TRAINING = "*training"   # in Metric.kinds: every job that logs iteration events
-
-
-def logs_iterations(job) -> bool:
-    """Whether `job` (a registry entry, or None) counts its progress in `iteration`
-    events."""
-    return job is not None and job.progress_event == "iteration"
 
 
 _ITER = (TRAINING,)
@@ -424,22 +417,6 @@ def plotted(jobs: Mapping | None = None) -> list[Metric]:
 def for_cli(jobs: Mapping | None = None) -> list[Metric]:
     """Metrics the terminal printout shows after each run."""
     return [m for m in all_metrics(jobs) if m.cli]
-
-
-def kind_of_mode(mode: str | None, jobs: Mapping | None) -> str | None:
-    """The kind of `jobs` whose apps log `mode` in their start events, or None."""
-    return next((kind for kind, job in (jobs or {}).items() if mode in job.logged_modes),
-                None)
-
-
-def run_kind(mode: str | None, spec: dict | None, jobs: Mapping | None = None) -> str | None:
-    """The job kind of a run, as analysis/jobcost.py finds the run's job: the kind of
-    `jobs` whose apps log `mode` in their start events (what ran), else the spec's
-    `workload.kind` (what was asked), else None (unknown)."""
-    kind = kind_of_mode(mode, jobs) if mode else None
-    if kind is None:
-        kind = ((spec or {}).get("workload") or {}).get("kind")
-    return kind if isinstance(kind, str) and kind else None
 
 
 def _number(v):

@@ -30,6 +30,7 @@ import pandas as pd
 from . import pcap as pc
 from . import queues as qmod
 from . import rundir
+from .stages import Stage
 
 OTHER = "other"
 PORT_COLUMNS = ["port", "job", "packets", "bytes"]
@@ -271,14 +272,14 @@ def _table_html(df: pd.DataFrame) -> str:
                       classes="jobs")
 
 
-def with_section(sections: list, a, figs: dict) -> list:
-    """``sections`` plus "Jobs on the fabric", "Shared queues by job" and each job's own
-    sections (titled ``Job i (kind): ...``) for a run with [[jobs]]."""
+def sections(a, figs: dict) -> list:
+    """"Jobs on the fabric", "Shared queues by job" and each job's own sections (titled
+    ``Job i (kind): ...``) for a run with [[jobs]]; none for one job."""
     t = (a.tables or {}).get("jobs") or {}
     if not t:
-        return sections
+        return []
     summary = t["summary"]
-    out = list(sections)
+    out = []
     out.append(("Jobs on the fabric",
                 "<p>Each job's hosts, its iterations and their mean time, and the bound of "
                 "one iteration on this fabric (its own plugin's cost model).</p>"
@@ -304,6 +305,13 @@ def with_section(sections: list, a, figs: dict) -> list:
         for title, body, md in secs:
             out.append((f"Job {i} ({r.get('kind')}): {title}", body, md))
     return out
+
+
+# the report's multi-job stage (stages.py): each job's analysis, at the end of the page
+STAGE = Stage("jobs", ("manifest.json jobs", "jobs/*/spec.toml", "jobs/*/workers", "losses"),
+              compute=lambda a: analyse(a, a.captured.get("jobs")),
+              metrics=lambda t: metrics(t) if t else None, render=sections,
+              what="jobs on the fabric")
 
 
 def _md(df: pd.DataFrame) -> str:
