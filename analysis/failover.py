@@ -42,6 +42,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+__all__ = ["ACTIVE_WINDOW_S", "DETECT_HORIZON_S", "DOWN_ACTIONS", "EVENTS_FILE",
+           "FAILOVER_FILE", "FLOW_COLUMNS", "SECTION_TITLE", "SUMMARY_COLUMNS", "analyse",
+           "analyse_events", "controller_reaction", "events_table", "failed_spines",
+           "flow_failover", "load_controller", "metrics", "not_fired", "read_event_rows",
+           "restore_time", "spine_of_iface", "target_text"]
+
 ACTIVE_WINDOW_S = 1.0    # a flow "used" the link if it sent over it this long before
 DETECT_HORIZON_S = 5.0   # a port-status this long after an event belongs to it
 EVENTS_FILE = "events.jsonl"

@@ -25,6 +25,10 @@ import pandas as pd
 
 from .metrics import INPUTS
 
+__all__ = ["BELOW_BOUND_S", "COST_PARTS", "ROLE_NOUNS", "Finding", "attribution",
+           "compare_cost", "cost", "findings", "group_costs", "job_findings", "losses",
+           "texts", "trust", "worst_queue"]
+
 # the roles the apps log in their start events, as a reader calls them
 ROLE_NOUNS = {"server": "the parameter server", "client": "the incast receiver",
               "worker": "a worker", "ring": "a ring rank", "incast-server": "an incast sender"}

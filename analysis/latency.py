@@ -56,6 +56,12 @@ from . import tcp
 from .pcap import SYN, ip_to_str
 from .samples import Samples, compact, groups
 
+__all__ = ["FRAME_MAX_BYTES", "MAX_SOJOURN_S", "QDELAY_COLUMNS", "QUANTILES", "RTT_COLUMNS",
+           "RTT_KEYS", "SOJOURN_COLUMNS", "SOJOURN_KEYS", "SOJOURN_ORDER",
+           "SUMMARY_COLUMNS", "Samples", "analyse", "flow_role", "flow_rtt", "host_roles",
+           "port_bound_s", "queue_delay", "queue_delay_bound_s", "rtt_samples", "sojourns",
+           "stats_ms", "summary", "summary_table", "weighted_quantiles", "write_full"]
+
 RTT_COLUMNS = ["flow", "role", "src", "dst", "sport", "dport", "iface", "t", "t_ack",
                "rtt_s", "seq", "len", "ip_id", "sack"]
 QDELAY_COLUMNS = ["t", "iface", "kind", "rate_mbps", "backlog_bytes", "delay_s", "weight"]

@@ -32,6 +32,12 @@ from . import queues as qmod
 from . import rundir
 from .stages import Stage
 
+__all__ = ["LOSS_COLUMNS", "OTHER", "PORT_COLUMNS", "SLOWDOWN_COLUMNS", "STAGE",
+           "PortBytes", "analyse", "compare_section", "egress_mask", "flow_jobs",
+           "host_jobs", "ip_jobs", "job_analysis", "job_of_pairs", "job_records", "metrics",
+           "port_bytes_by_job", "port_losses_by_job", "regroup", "run_mode", "sections",
+           "shared_queues", "slowdown", "summary_row"]
+
 OTHER = "other"
 PORT_COLUMNS = ["port", "job", "packets", "bytes"]
 LOSS_COLUMNS = ["port", "job", "lost"]
