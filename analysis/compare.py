@@ -26,8 +26,9 @@ from . import interactive_compare as ic
 from . import multijob as mj
 from .confounds import BALANCE_RATIO, Confound, confounds, confounds_html
 from .groupstats import MIN_N_FOR_CI, cell_text, group_stats, mean_ci, t975
-from .render import CSS, _img
-from .report import _jsonable, analyse
+from .render import CSS, img
+from .reading import jsonable
+from .report import analyse
 
 __all__ = ["BALANCE_RATIO", "IGNORED_KEYS", "MIN_N_FOR_CI", "NONNEG_UNITS",
            "PREFERRED_AXES", "Confound", "DuplicateRunError", "cell_text", "check_distinct",
@@ -221,10 +222,10 @@ def _all_zero(table: pd.DataFrame, metric: str) -> bool:
     return bool(vals) and all(v == 0 for v in vals)
 
 
-def _load_runs(run_dirs) -> list[dict]:
+def _load_runs(run_dirs, jobs=None) -> list[dict]:
     runs = []
     for rd in run_dirs:
-        a = analyse(rd)
+        a = analyse(rd, jobs=jobs)
         runs.append({"dir": str(rd), "name": Path(rd).name, "status": a.status,
                      "reason": a.reason, "spec": a.spec, "manifest": a.manifest,
                      "headline": a.metrics["headline"], "analysis": a,
@@ -233,7 +234,7 @@ def _load_runs(run_dirs) -> list[dict]:
     return runs
 
 
-def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
+def compare_runs(run_dirs, out_dir, include_incomplete: bool = False, jobs=None) -> dict:
     """Compare several run directories; write compare.html, compare.csv, runs.csv,
     compare.json and plots/compare_*.png into `out_dir`.
 
@@ -241,18 +242,19 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
     'confounds': [Confound]}. The table (long format) has group, metric, unit, n, mean,
     sd, ci95 (half-width of the 95 % CI; empty when n < 3), lo, hi (the interval, lo
     clipped at 0 for quantities that cannot be negative) and values (each run's value,
-    ';'-separated). Raises DuplicateRunError when a run is given twice.
+    ';'-separated). Raises DuplicateRunError when a run is given twice. `jobs`: the
+    job registry the command hands in (report.analyse).
     """
     check_distinct(run_dirs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    runs = _load_runs(run_dirs)
+    runs = _load_runs(run_dirs, jobs)
     keys = differing_keys([r["spec"] for r in runs])
     for r in runs:
         r["group"] = group_label(r["spec"], keys)
     keys = mj.regroup(runs, keys)  # [[jobs]]: jobs=together / alone-<i>, not the array
     used = [r for r in runs if include_incomplete or r["status"] == "complete"]
-    declared = metrics.compared()  # the one declared list (metrics.py)
+    declared = metrics.compared(jobs)  # the one declared list (metrics.py)
     table = _group_table(used, declared)
     table_path = out / "compare.csv"
     table.assign(values=[";".join(f"{v:g}" for v in vs) for vs in table["values"]]
@@ -261,7 +263,7 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False) -> dict:
                    "status": r["status"], "reason": r["reason"],
                    **{m.name: r["headline"].get(m.name) for m in declared}} for r in runs]
                  ).to_csv(out / "runs.csv", index=False)
-    figs, not_drawn, sweeps = _draw_pngs(table, used, keys, declared, out)
+    figs, not_drawn, sweeps = _draw_pngs(table, used, keys, declared, out, jobs)
     # the interactive figure: every compared metric per group, each run a point linked
     # to its report (interactive_compare.py); the PNGs above stay as files
     links = {r["dir"]: _run_link(Path(r["dir"]), out) for r in used}
@@ -319,14 +321,14 @@ def _group_table(used: list[dict], declared: list) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def _draw_pngs(table, used, keys, declared, out: Path) -> tuple[list, list, list]:
+def _draw_pngs(table, used, keys, declared, out: Path, jobs=None) -> tuple[list, list, list]:
     """plots/compare_*.png of every plotted metric: bars per group, and lines along the
     sweep axis when there is one. Returns (figures, what was not drawn and why, the line
     plots among the figures: they have no interactive twin)."""
     units = {m.name: m.unit for m in declared}
     figs, not_drawn, sweeps = [], [], []
     x_key = sweep_axis(used, keys)
-    for metric in (m.name for m in metrics.plotted() if m.compare):
+    for metric in (m.name for m in metrics.plotted(jobs) if m.compare):
         unit = units[metric]
         if table.empty or not (table["metric"] == metric).any():
             continue
@@ -371,16 +373,16 @@ def _plots_html(iplot: str | None, figs: list, sweeps: list) -> str:
     """The interactive figure and the sweep lines, the per-group PNGs folded away; every
     PNG when there is no interactive figure."""
     return (iplot or "") + (
-        "".join(_img(p, p.stem) for p in figs) if not iplot else
-        "".join(_img(p, p.stem) for p in sweeps)
+        "".join(img(p, p.stem) for p in figs) if not iplot else
+        "".join(img(p, p.stem) for p in sweeps)
         + "<details><summary>The same per-group plots as PNG images (plots/compare_*.png)"
-        "</summary>" + "".join(_img(p, p.stem) for p in figs if p not in sweeps)
+        "</summary>" + "".join(img(p, p.stem) for p in figs if p not in sweeps)
         + "</details>")
 
 
 def _compare_json(keys, runs, checks, tta, jobs_slow, table) -> str:
     """compare.json's text."""
-    return json.dumps(_jsonable({
+    return json.dumps(jsonable({
         "groups_differ_in": keys, "runs": [{**{k: r[k] for k in ("dir", "group", "status",
                                                                  "reason", "headline",
                                                                  "headline_na")},

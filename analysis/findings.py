@@ -25,6 +25,10 @@ import pandas as pd
 
 from .metrics import INPUTS
 
+__all__ = ["BELOW_BOUND_S", "COST_PARTS", "ROLE_NOUNS", "Finding", "attribution",
+           "compare_cost", "cost", "findings", "group_costs", "job_findings", "losses",
+           "texts", "trust", "worst_queue"]
+
 # the roles the apps log in their start events, as a reader calls them
 ROLE_NOUNS = {"server": "the parameter server", "client": "the incast receiver",
               "worker": "a worker", "ring": "a ring rank", "incast-server": "an incast sender"}
@@ -218,7 +222,7 @@ def attribution(a) -> dict | None:
 def cost(a) -> Finding:
     c = attribution(a)
     if c is not None:
-        return Finding("cost", _cost_sentence(c))
+        return Finding("cost", _cost_sentence(c, getattr(a, "jobs", None)))
     if a.metrics.get("jobs"):  # several jobs on one fabric: each against its own bound
         return Finding("cost", "Several jobs shared the fabric: " + "; ".join(
             _job_cost(j) for j in a.metrics["jobs"]) + ".")
@@ -273,20 +277,17 @@ def _job_cost(j: dict) -> str:
     return text
 
 
-def _step_noun(kind) -> str:
-    """What one attributed row of a job is: its progress event ('iteration', 'round')."""
-    try:
-        from incastlab.jobs import JOBS
-    except ImportError:  # the analysis alone, without the orchestrator
-        return "iteration"
-    job = JOBS.get(kind) if isinstance(kind, str) else None
+def _step_noun(kind, jobs) -> str:
+    """What one attributed row of a job is: its progress event ('iteration', 'round'),
+    from the registry handed to the analysis (`jobs`; without it: 'iteration')."""
+    job = (jobs or {}).get(kind) if isinstance(kind, str) else None
     return getattr(job, "progress_event", None) or "iteration"
 
 
-def _cost_sentence(c: dict) -> str:
+def _cost_sentence(c: dict, jobs=None) -> str:
     """From the attribution's run summary: where the mean iteration's time went."""
     measured, compute = _num(c.get("measured_s")), _num(c.get("compute_s")) or 0.0
-    bound, per = _num(c.get("bound_s")), _step_noun(c.get("kind"))
+    bound, per = _num(c.get("bound_s")), _step_noun(c.get("kind"), jobs)
     text = f"{'An' if per[0] in 'aeiou' else 'A'} {per} took {_s(measured)} on average"
     comm = measured - compute
     text += f": {_s(compute)} of compute and {_s(comm)} of communication," if compute else ","

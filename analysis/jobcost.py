@@ -2,8 +2,10 @@
 and its report sections, and every iteration split into its causes.
 
 The analysis (`report.analyse`) computes the tables every run has; this module adds
-what depends on the job kind, by asking the job of the run (``incastlab.jobs``, from
-spec.toml's ``workload.kind``) — no kind is named here:
+what depends on the job kind, by asking the job of the run: the entry of the job
+registry the command handed in (``Analysis.jobs``; the analysis never imports the
+orchestrator) for the mode the workers logged, or spec.toml's ``workload.kind``. No kind
+is named here:
 
 - ``job.tables(a)``: its own tables (a ring's all-reduce times, incast rounds, a PS's
   staleness);
@@ -28,6 +30,11 @@ import pandas as pd
 
 from . import attribution as attr
 from . import render, training
+from .jobkind import run_kind
+from .stages import Section
+
+__all__ = ["COST_KEYS", "analyse_job", "attribution_plot", "cost_section", "job_of", "plots",
+           "sections"]
 
 COST_KEYS = ("bound_s", "measured_s", "ratio", "network_cost_s", "network_cost_pct",
              "rto_stall_s", "loss_recovery_s", "schedule_s", "straggler_wait_s",
@@ -35,16 +42,14 @@ COST_KEYS = ("bound_s", "measured_s", "ratio", "network_cost_s", "network_cost_p
 
 
 def job_of(a):
-    """The run's job plugin: the kind whose apps log the mode the workers' start events
-    carry (what ran), else spec.toml's ``workload.kind`` (what was asked); None when
-    neither is known."""
-    from incastlab.jobs import JOBS, kind_of_mode
-
-    kind = kind_of_mode((a.metrics.get("run") or {}).get("mode")
-                        or training.run_mode(a.tables.get("workers_raw")))
-    if kind is None:
-        kind = ((a.spec or {}).get("workload") or {}).get("kind")
-    return JOBS.get(kind) if isinstance(kind, str) else None
+    """The run's job plugin, from the registry handed in (``a.jobs``): the kind whose
+    apps log the mode the workers' start events carry (what ran), else spec.toml's
+    ``workload.kind`` (what was asked); None when neither is known or no registry was
+    handed in."""
+    jobs = getattr(a, "jobs", None) or {}
+    kind = run_kind((a.metrics.get("run") or {}).get("mode")
+                    or training.run_mode(a.tables.get("workers_raw")), a.spec, jobs)
+    return jobs.get(kind) if isinstance(kind, str) else None
 
 
 def analyse_job(a) -> None:
@@ -54,7 +59,9 @@ def analyse_job(a) -> None:
     a.tables["bound"] = None
     if job is None:
         a.metrics["cost"] = {"available": False, "reason": "the run's job kind is unknown "
-                             "(no spec.toml, or a kind this version does not have)"}
+                             "(no spec.toml, or a kind this version does not have)"
+                             if getattr(a, "jobs", None) else "no job kinds were handed to "
+                             "the analysis (analyse(run_dir, jobs=...)): generic sections only"}
         return
     a.tables.update(job.tables(a))
     bound = job.bound(a)
@@ -116,8 +123,7 @@ def sections(a, figs) -> list:
 
 
 def cost_section(a, figs):
-    from incastlab.jobs.base import Section
-
+    """What the network cost the job: the bound, the measured time and its parts."""
     c = a.metrics.get("cost") or {}
     title = "What the network cost the job (measured vs the bound)"
     if not c.get("available"):

@@ -40,14 +40,13 @@ Sojourn (`sojourns`)
 
 Groups: RTT by flow role (the roles at the flow's two ends, as the manifest's processes
 name them, e.g. "worker → server"; host names where a run has no roles), queueing delay
-by port, sojourn by pair of capture points. All percentiles in ms.
+by port, sojourn by pair of capture points. All percentiles in ms. The report's latency stage (its
+figure and section) is in latencyreport.py.
 """
 from __future__ import annotations
 
 import math
 import shutil
-import tempfile
-import weakref
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +54,13 @@ import pandas as pd
 
 from . import tcp
 from .pcap import SYN, ip_to_str
+from .samples import Samples, compact, groups
+
+__all__ = ["FRAME_MAX_BYTES", "MAX_SOJOURN_S", "QDELAY_COLUMNS", "QUANTILES", "RTT_COLUMNS",
+           "RTT_KEYS", "SOJOURN_COLUMNS", "SOJOURN_KEYS", "SOJOURN_ORDER",
+           "SUMMARY_COLUMNS", "Samples", "analyse", "flow_role", "flow_rtt", "host_roles",
+           "port_bound_s", "queue_delay", "queue_delay_bound_s", "rtt_samples", "sojourns",
+           "stats_ms", "summary", "summary_table", "weighted_quantiles", "write_full"]
 
 RTT_COLUMNS = ["flow", "role", "src", "dst", "sport", "dport", "iface", "t", "t_ack",
                "rtt_s", "seq", "len", "ip_id", "sack"]
@@ -343,91 +349,6 @@ def sojourns(tcp_df: pd.DataFrame, flows: pd.DataFrame | None = None,
                                                              ignore_index=True)
 
 
-# ---------------------------------------------------------------- samples off memory
-
-class Samples:
-    """A per-sample latency table (RTT samples or sojourns) kept out of memory: the rows
-    are appended to a CSV file in a scratch directory (header once; the report copies it
-    to tables/), and only each row's value (float64, the same numbers the table holds)
-    and a small code of its group (`keys`: int32) stay in memory, ~12 bytes a sample
-    instead of ~100. `summary_table`, `summary` and the figure read it as they read the
-    DataFrame (the same numbers); the scratch directory goes with the object."""
-
-    def __init__(self, columns, value: str, keys, directory=None):
-        self.columns, self.value, self.keys = list(columns), value, list(keys)
-        self._dir = tempfile.mkdtemp(prefix="incastlab-latency-", dir=directory)
-        self._gone = weakref.finalize(self, shutil.rmtree, self._dir, True)
-        self.path = Path(self._dir) / "samples.csv"
-        self.rows = 0
-        self._code: dict[tuple, int] = {}      # group key -> code
-        self._vals: list[np.ndarray] = []
-        self._codes: list[np.ndarray] = []
-        self._merged = None
-
-    def __len__(self) -> int:
-        return self.rows
-
-    def add(self, df: pd.DataFrame | None) -> pd.DataFrame:
-        """Append one part's rows (all of `columns`); returns an empty frame with a
-        `flow` column (what chunked.analyse_tcp merges for an `extra` reducer)."""
-        if df is not None and len(df):
-            df = df[self.columns]
-            df.to_csv(self.path, mode="a", header=self.rows == 0, index=False)
-            local, uniq = pd.MultiIndex.from_frame(df[self.keys]).factorize()
-            lut = np.array([self._code.setdefault(k, len(self._code)) for k in uniq],
-                           dtype=np.int32)
-            # a copy: the column alone is a view of the frame's whole block of float
-            # columns (t, t_ack, rtt_s ...), which would stay in memory with it
-            self._vals.append(df[self.value].to_numpy(dtype=float, copy=True))
-            self._codes.append(lut[local])
-            self.rows += len(df)
-            self._merged = None
-        return pd.DataFrame(columns=["flow"])
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
-        """(values, codes, groups): groups is a frame of the `keys` columns whose row i
-        is code i."""
-        if self._merged is None:
-            v = np.concatenate(self._vals) if self._vals else np.empty(0)
-            c = np.concatenate(self._codes) if self._codes else np.empty(0, np.int32)
-            self._vals, self._codes = [v], [c]  # one copy, not the parts and the merge
-            self._merged = (v, c, pd.DataFrame(list(self._code), columns=self.keys))
-        return self._merged
-
-    def frame(self) -> pd.DataFrame:
-        """The whole table read back from its file (tests; small runs)."""
-        if not self.rows:
-            return pd.DataFrame(columns=self.columns)
-        return pd.read_csv(self.path)
-
-    def close(self) -> None:
-        self._gone()
-
-
-def _compact(x, value: str, keys) -> tuple[np.ndarray, np.ndarray, pd.DataFrame] | None:
-    """(values, codes, groups) of a Samples or of the same table as a DataFrame; None
-    when it has no rows."""
-    if x is None or not len(x):
-        return None
-    if isinstance(x, Samples):
-        return x.arrays()
-    codes, uniq = pd.MultiIndex.from_frame(x[keys]).factorize()
-    return (x[value].to_numpy(dtype=float), np.asarray(codes),
-            pd.DataFrame(list(uniq), columns=list(keys)))
-
-
-def _groups(values, codes, groups: pd.DataFrame, by):
-    """(key, values of its rows, its groups' rows) for each value of `by` in `groups`
-    (indexed by code; a subset of the codes is fine), sorted by key (as
-    DataFrame.groupby(sort=True))."""
-    size = max(int(codes.max()) + 1 if len(codes) else 0,
-               int(groups.index.max()) + 1 if len(groups) else 0)
-    for key, g in groups.groupby(by, sort=True):
-        pick = np.zeros(size, bool)  # by code: is it one of this key's groups
-        pick[g.index.to_numpy()] = True
-        yield key, values[pick[codes]], g
-
-
 def write_full(a, table, name: str) -> str | None:
     """tables/<name>.csv with the whole table (a Samples' file copied as it is); the
     link relative to report.html, None without an output directory or rows."""
@@ -453,12 +374,12 @@ def summary_table(rtt: pd.DataFrame, qdelay: pd.DataFrame, soj: pd.DataFrame,
     pair of capture points. `rtt`, `soj`: DataFrames or Samples (the same numbers).
     Columns: SUMMARY_COLUMNS."""
     rows = []
-    r = _compact(rtt, "rtt_s", RTT_KEYS)
+    r = compact(rtt, "rtt_s", RTT_KEYS)
     if r is not None:
         v, c, k = r
         rows.append({"measure": "RTT", "group": "all flows", **stats_ms(v),
                      "note": f"{k['flow'].nunique()} flow(s)"})
-        for role, vg, g in _groups(v, c, k, "role"):
+        for role, vg, g in groups(v, c, k, "role"):
             rows.append({"measure": "RTT", "group": role, **stats_ms(vg),
                          "note": f"{g['flow'].nunique()} flow(s)"})
     if qdelay is not None and len(qdelay) and qdelay["weight"].sum() > 0:
@@ -476,9 +397,9 @@ def summary_table(rtt: pd.DataFrame, qdelay: pd.DataFrame, soj: pd.DataFrame,
                          f"full; {e.kind} to {e.peer}")
             rows.append({"measure": "queue delay", "group": iface,
                          **stats_ms(g["delay_s"], g["weight"]), "note": note})
-    r = _compact(soj, "sojourn_s", SOJOURN_KEYS)
+    r = compact(soj, "sojourn_s", SOJOURN_KEYS)
     if r is not None:
-        for (a, b), vg, g in _groups(*r, ["from_iface", "to_iface"]):
+        for (a, b), vg, g in groups(*r, ["from_iface", "to_iface"]):
             rows.append({"measure": "sojourn", "group": f"{a} → {b}",
                          **stats_ms(vg), "note": f"{g['flow'].nunique()} flow(s)"})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
@@ -489,7 +410,7 @@ def analyse(a) -> dict:
     packet (with its flows and queues_d tables, fabric and manifest): {'rtt',
     'queue_delay', 'sojourn', 'summary'}. report.analyse does not call this: it reduces
     `rtt_samples` and `sojourns` a group of connections at a time (chunked.py) and
-    builds the same dict (report._latency) with `Samples` for 'rtt' and 'sojourn' (the
+    builds the same dict (from_reduced) with `Samples` for 'rtt' and 'sojourn' (the
     same rows, in files; the same summary)."""
     t = a.tables
     rtt = rtt_samples(t.get("tcp"), t.get("flows"), a.fabric, a.manifest)
@@ -519,112 +440,8 @@ def summary(tables: dict | None) -> dict:
     q = row("queue delay", "all ports")
     if q is not None:
         out.update(queue_delay_p50_ms=q["p50_ms"], queue_delay_p99_ms=q["p99_ms"])
-    soj = _compact(tables.get("sojourn"), "sojourn_s", SOJOURN_KEYS)
+    soj = compact(tables.get("sojourn"), "sojourn_s", SOJOURN_KEYS)
     if soj is not None:
         out["sojourn_p99_ms"] = weighted_quantiles(soj[0], qs=(0.99,))[0] * 1e3
     out["groups"] = tab.to_dict(orient="records")
     return out
-
-
-# ---------------------------------------------------------------- the report section
-
-def figure(a, path):
-    """The report's CDF figure (plots.latency_cdf) at `path`, or None without samples;
-    a plotting bug is one of the run's problems, not a lost report."""
-    from pathlib import Path
-
-    path = Path(path)
-    if path.exists():
-        path.unlink()  # never leave a stale figure from an earlier build
-    try:
-        return _figure(a, path)
-    except Exception as exc:  # noqa: BLE001
-        a.problems.append(f"plot latency failed: {exc!r}")
-        return None
-
-
-def _figure(a, path):
-    from . import plots
-
-    lt = a.tables.get("latency") or {}
-    rtt, qd, soj = lt.get("rtt"), lt.get("queue_delay"), lt.get("sojourn")
-    r = _compact(rtt, "rtt_s", RTT_KEYS)
-    rtt_groups = {role: vg for role, vg, _ in _groups(*r, "role")} if r is not None else {}
-    q_groups = {}
-    if qd is not None and len(qd):
-        rank = []  # the ports where packets waited longest (p99, then packets)
-        for iface, g in qd.groupby("iface"):
-            if g["weight"].sum() > 0:
-                p99 = weighted_quantiles(g["delay_s"], g["weight"], (0.99,))[0]
-                rank.append((-p99, -g["weight"].sum(), str(iface)))
-        for _, _, iface in sorted(rank)[:FIGURE_GROUPS]:
-            g = qd[qd["iface"] == iface]
-            q_groups[iface] = (g["delay_s"].to_numpy(), g["weight"].to_numpy())
-    # sojourns from host to host (one-way delay) by flow role; those to a switch port
-    # (part of the path) are in the table
-    s_groups = {}
-    sj = _compact(soj, "sojourn_s", SOJOURN_KEYS)
-    if sj is not None:
-        v, c, k = sj
-        hosts = {h.intf for h in a.fabric.hosts} if a.fabric is not None else None
-        role = dict(zip(r[2]["flow"], r[2]["role"], strict=True)) if r is not None else {}
-        # each group of sojourns (pair of points and flow): its flow's role, or None when
-        # it ends at a switch port
-        k = k.assign(one_way=[role.get(f, "other") if hosts is None or to in hosts else None
-                              for f, to in zip(k["flow"], k["to_iface"], strict=True)])
-        for who, vg, _ in _groups(v, c, k.dropna(subset=["one_way"]), "one_way"):
-            s_groups[f"one-way {who}"] = vg
-    return plots.latency_cdf(rtt_groups, q_groups, s_groups, path)
-
-
-SECTION_TITLE = "Latency under load"
-FIGURE_GROUPS = 5  # ports and capture pairs drawn (the table lists them all)
-
-
-def section(a, figs: dict) -> tuple[str, str, str]:
-    """(title, html, markdown) of the report's latency section."""
-    from . import render
-
-    lt = a.tables.get("latency") or {}
-    tab = lt.get("summary")
-    if tab is None or tab.empty:
-        why = "no RTT samples, queue samples or sojourns"
-        if "pcap" in a.missing or "flows" in a.missing:
-            why += f" ({a.missing.get('pcap') or a.missing.get('flows')})"
-        return (SECTION_TITLE, *render.none(why))
-    text = ("RTT: from each flow's sender-side capture, one sample per ACK that covers new "
-            "data, measured from the newest segment it covers; Karn's rule: no sample from "
-            "a retransmitted segment or from an ACK that covers retransmitted bytes. Queue "
-            "delay: backlog bytes × 8 / the port's rate at each queue sample, weighted by "
-            "the packets the port sent. Sojourn: the same packet's time between two capture "
-            "points (matched on flow, sequence number, length and IP id). Times in ms.")
-    shown = tab.assign(**{c: tab[c].round(3) for c in ("p50_ms", "p90_ms", "p99_ms",
-                                                       "max_ms")})
-    th, tm = render.table(a, shown, "latency", keys=2, max_rows=40)
-    full = {"latency_rtt_samples": lt.get("rtt"), "latency_queue_delay": lt.get("queue_delay"),
-            "latency_sojourn": lt.get("sojourn")}
-    links = []
-    for name, df in full.items():
-        link = write_full(a, df, name)
-        if link:
-            links.append(f"<a href='{render.esc(link)}'>{render.esc(name)}.csv</a>")
-    more = f"<p>All samples: {', '.join(links)}.</p>" if links else ""
-    return (SECTION_TITLE,
-            f"<p>{render.esc(text)}</p>" + render.img(figs.get("latency"), "latency CDFs")
-            + th + more,
-            text + "\n" + render.md_img(figs, "latency") + tm)
-
-
-def with_section(sections: list, a, figs: dict) -> list:
-    """`sections` with the latency section after 'Retransmissions and RTOs' (before the
-    configuration at the end when there is none); a bug in it becomes a problem and a
-    note, never a lost report."""
-    try:
-        sec = section(a, figs)
-    except Exception as exc:  # noqa: BLE001 - one section's bug must not cost the report
-        a.problems.append(f"the latency section failed ({type(exc).__name__}: {exc})")
-        sec = (SECTION_TITLE, f"<p class='none'>(failed: {exc})</p>", f"_(failed: {exc})_\n")
-    titles = [s[0] for s in sections]
-    at = titles.index("Retransmissions and RTOs") + 1 if "Retransmissions and RTOs" in \
-        titles else max(len(sections) - 1, 0)
-    return [*sections[:at], sec, *sections[at:]]

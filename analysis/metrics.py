@@ -17,33 +17,33 @@ CLI leave it out.
 Adding metrics. One that every job with a cost model has (the bound, the network's
 cost over it) goes into `HEADLINE` with `kinds=()`, computed from `a.metrics["cost"]`
 (analysis/jobcost.py) and n/a where the job has none. One that only a job kind has is
-returned by that job's `metrics()`::
-
-    class RingJob(Job):
-        def metrics(self):
-            return [Metric("allreduce_over_bound", "all-reduce over its bound", "ratio",
-                           "Mean all-reduce time over 2(N-1)/N·M/B: 1.0 = at the bound.",
-                           compute=lambda a: (a.metrics.get("ring") or {}).get("ratio_mean"),
-                           inputs=("workers", "fabric"), cli=True)]
-
-A job kind's own metrics are what its `Job.metrics()` returns (incastlab.jobs): they are
-collected from the job registry (`job_metrics()`), and one that names no `kinds`
-belongs to the job that declares it. Several jobs may return the same Metric object (a
-metric they share); its kinds are merged. `register(*metrics, kind=None)` adds
-declarations from anywhere else (a test, a user's script). Names are unique: a second,
-different declaration of a name raises ValueError. `metrics_for(kind)` is the list
-that applies to one job kind (`kinds=()` means every kind); `all_metrics()` is every
-declared metric, whose keys metrics.json always holds, so files of different job kinds
-compare key by key.
+returned by that job's `Job.metrics()` (e.g. incastlab/jobs/ring.py's
+`allreduce_over_bound`): they are collected from the job registry the command hands in
+(`job_metrics(jobs)`; the analysis never imports the orchestrator), one that names no
+`kinds` belongs to the job that declares it, and several jobs may return the same
+Metric (its kinds are merged). `register(*metrics, kind=None)` adds declarations from
+anywhere else (a test, a user's script). Names are unique: a second, different
+declaration of a name raises ValueError. `metrics_for(kind, jobs)` is the list that
+applies to one job kind (`kinds=()`: every kind); `all_metrics(jobs)` is every declared
+metric, whose keys metrics.json always holds, so files of different job kinds compare
+key by key.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
+
+from .jobkind import logs_iterations, run_kind  # noqa: F401 - run_kind: metrics' face
+
+__all__ = ["COUNT_UNITS", "HEADLINE", "INPUTS", "LATENCY", "TRAINING", "Metric", "Reading",
+           "aggregate_mbps", "all_metrics", "by_name", "compared", "count", "evaluate",
+           "for_cli", "from_json", "headline", "job_metrics", "metrics_for",
+           "not_available", "plotted", "register", "rounds_with_rto", "run_kind", "shown",
+           "significant", "unregister"]
 
 # Analysis.missing keys -> the run-directory inputs they stand for (shown in the report)
 INPUTS = {
@@ -89,13 +89,14 @@ class Metric:
     compare: bool = True
     floor: bool = False  # a count: from an input truncated at t, a lower bound (inputs.py)
 
-    def applies(self, kind: str | None) -> bool:
+    def applies(self, kind: str | None, jobs: Mapping | None = None) -> bool:
         """Whether a run of job `kind` measures this metric (unknown kind: yes).
-        `kinds` may hold TRAINING: every job kind whose workers log `iteration` events
-        (its `progress_event`), whatever it is called."""
+        `kinds` may hold TRAINING: every job kind of `jobs` (the registry) whose workers
+        log `iteration` events (its `progress_event`), whatever it is called; without
+        a registry, whether a kind logs them is unknown: yes."""
         if not self.kinds or kind is None or kind in self.kinds:
             return True
-        return TRAINING in self.kinds and _logs_iterations(kind)
+        return TRAINING in self.kinds and (not jobs or logs_iterations(jobs.get(kind)))
 
     def text(self, value) -> str:
         """The value as shown in tables ('n/a' for None), without the unit."""
@@ -202,13 +203,6 @@ def _balance_note(a):
 
 
 TRAINING = "*training"   # in Metric.kinds: every job that logs iteration events
-
-
-def _logs_iterations(kind: str) -> bool:
-    from incastlab.jobs import JOBS
-
-    job = JOBS.get(kind)
-    return job is not None and job.progress_event == "iteration"
 
 
 _ITER = (TRAINING,)
@@ -367,25 +361,21 @@ def unregister(*names: str) -> None:
     _REGISTERED[:] = [m for m in _REGISTERED if m.name not in names]
 
 
-def all_metrics() -> list[Metric]:
+def all_metrics(jobs: Mapping | None = None) -> list[Metric]:
     """Every declared metric: the built-in lists (HEADLINE, LATENCY), then those
-    registered here, then each
-    registered job kind's `metrics()` (incastlab.jobs), in that order."""
-    return HEADLINE + LATENCY + _REGISTERED + job_metrics()
+    registered here, then each job kind's of `jobs` (the registry the command hands
+    in; None: none), in that order."""
+    return HEADLINE + LATENCY + _REGISTERED + job_metrics(jobs)
 
 
-def job_metrics() -> list[Metric]:
-    """The metrics the registered job kinds declare (`Job.metrics()`); one without
+def job_metrics(jobs: Mapping | None) -> list[Metric]:
+    """The metrics the job kinds of `jobs` declare (`Job.metrics()`); one without
     `kinds` belongs to the job that declares it. Jobs may share one declaration (the
     same Metric): its kinds are merged. Two different declarations of one name, or a
     job metric with a built-in or registered name, raise ValueError."""
-    try:
-        from incastlab.jobs import JOBS
-    except ImportError:  # the analysis alone, without the orchestrator
-        return []
     taken = {m.name for m in HEADLINE + LATENCY + _REGISTERED}
     out: dict[str, tuple[Metric, str]] = {}
-    for kind, job in JOBS.items():
+    for kind, job in (jobs or {}).items():
         for m in job.metrics():
             if m.name in taken:
                 raise ValueError(f"job {kind!r} declares headline metric {m.name!r}, "
@@ -402,45 +392,31 @@ def job_metrics() -> list[Metric]:
     return [m for m, _ in out.values()]
 
 
-def metrics_for(kind: str | None) -> list[Metric]:
+def metrics_for(kind: str | None, jobs: Mapping | None = None) -> list[Metric]:
     """The metrics a run of job `kind` ('ps', 'ring', 'incast', ...) measures."""
-    return [m for m in all_metrics() if m.applies(kind)]
+    return [m for m in all_metrics(jobs) if m.applies(kind, jobs)]
 
 
-def by_name(name: str) -> Metric:
-    for m in all_metrics():
+def by_name(name: str, jobs: Mapping | None = None) -> Metric:
+    for m in all_metrics(jobs):
         if m.name == name:
             return m
     raise KeyError(name)
 
 
-def compared() -> list[Metric]:
+def compared(jobs: Mapping | None = None) -> list[Metric]:
     """Metrics in `incastlab compare`'s table (mean and 95 % CI per group)."""
-    return [m for m in all_metrics() if m.compare]
+    return [m for m in all_metrics(jobs) if m.compare]
 
 
-def plotted() -> list[Metric]:
+def plotted(jobs: Mapping | None = None) -> list[Metric]:
     """Metrics `incastlab compare` draws."""
-    return [m for m in all_metrics() if m.plot]
+    return [m for m in all_metrics(jobs) if m.plot]
 
 
-def for_cli() -> list[Metric]:
+def for_cli(jobs: Mapping | None = None) -> list[Metric]:
     """Metrics the terminal printout shows after each run."""
-    return [m for m in all_metrics() if m.cli]
-
-
-def run_kind(mode: str | None, spec: dict | None) -> str | None:
-    """The job kind of a run, as analysis/jobcost.py finds the run's job: the kind whose
-    apps log `mode` in their start events (what ran), else the spec's `workload.kind`
-    (what was asked), else None (unknown)."""
-    try:
-        from incastlab.jobs import kind_of_mode
-    except ImportError:  # the analysis alone, without the orchestrator
-        kind_of_mode = None
-    kind = kind_of_mode(mode) if kind_of_mode and mode else None
-    if kind is None:
-        kind = ((spec or {}).get("workload") or {}).get("kind")
-    return kind if isinstance(kind, str) and kind else None
+    return [m for m in all_metrics(jobs) if m.cli]
 
 
 def _number(v):
@@ -462,7 +438,8 @@ def evaluate(a, kind: str | None = None) -> list[Reading]:
     parts of a.metrics must be in place). A metric that raises is n/a and the error is
     added to a.problems."""
     out = []
-    for m in all_metrics():
+    jobs = getattr(a, "jobs", None)
+    for m in all_metrics(jobs):
         gone = [k for k in m.inputs if k in a.missing]
         if gone:  # never a number from a missing or damaged input; a count's floor at most
             from .inputs import at_least
@@ -478,7 +455,7 @@ def evaluate(a, kind: str | None = None) -> list[Reading]:
             continue
         reason = None
         if value is None:
-            if not m.applies(kind):
+            if not m.applies(kind, jobs):
                 reason = f"not measured in {kind} runs"
             else:
                 reason = m.absent(a) if callable(m.absent) else m.absent
@@ -496,17 +473,19 @@ def not_available(readings: Iterable[Reading]) -> dict:
     return {r.metric.name: r.reason for r in readings if r.value is None}
 
 
-def from_json(metrics: dict) -> list[Reading]:
-    """Readings from a written metrics.json (the CLI and compare read files)."""
+def from_json(metrics: dict, jobs: Mapping | None = None) -> list[Reading]:
+    """Readings from a written metrics.json (the CLI and compare read files) of every
+    metric declared with `jobs`."""
     head = metrics.get("headline") or {}
     na = metrics.get("headline_na") or {}
     return [Reading(m, _number(head.get(m.name)),
                     None if head.get(m.name) is not None
                     else na.get(m.name, "not in this metrics.json"))
-            for m in all_metrics()]
+            for m in all_metrics(jobs)]
 
 
-def shown(readings: Iterable[Reading], kind: str | None) -> list[Reading]:
+def shown(readings: Iterable[Reading], kind: str | None,
+          jobs: Mapping | None = None) -> list[Reading]:
     """The readings a report shows for a run of `kind`: those its kind measures, and
     any other that has a value."""
-    return [r for r in readings if r.value is not None or r.metric.applies(kind)]
+    return [r for r in readings if r.value is not None or r.metric.applies(kind, jobs)]

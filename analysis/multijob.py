@@ -30,6 +30,13 @@ import pandas as pd
 from . import pcap as pc
 from . import queues as qmod
 from . import rundir
+from .stages import Stage
+
+__all__ = ["LOSS_COLUMNS", "OTHER", "PORT_COLUMNS", "SLOWDOWN_COLUMNS", "STAGE",
+           "PortBytes", "analyse", "compare_section", "egress_mask", "flow_jobs",
+           "host_jobs", "ip_jobs", "job_analysis", "job_of_pairs", "job_records", "metrics",
+           "port_bytes_by_job", "port_losses_by_job", "regroup", "run_mode", "sections",
+           "shared_queues", "slowdown", "summary_row"]
 
 OTHER = "other"
 PORT_COLUMNS = ["port", "job", "packets", "bytes"]
@@ -271,16 +278,14 @@ def _table_html(df: pd.DataFrame) -> str:
                       classes="jobs")
 
 
-def with_section(sections: list, a, figs: dict) -> list:
-    """``sections`` plus "Jobs on the fabric", "Shared queues by job" and each job's own
-    sections (titled ``Job i (kind): ...``) for a run with [[jobs]]."""
-    from incastlab.jobs import JOBS
-
+def sections(a, figs: dict) -> list:
+    """"Jobs on the fabric", "Shared queues by job" and each job's own sections (titled
+    ``Job i (kind): ...``) for a run with [[jobs]]; none for one job."""
     t = (a.tables or {}).get("jobs") or {}
     if not t:
-        return sections
+        return []
     summary = t["summary"]
-    out = list(sections)
+    out = []
     out.append(("Jobs on the fabric",
                 "<p>Each job's hosts, its iterations and their mean time, and the bound of "
                 "one iteration on this fabric (its own plugin's cost model).</p>"
@@ -296,7 +301,7 @@ def with_section(sections: list, a, figs: dict) -> list:
     for r in t["records"]:
         i = int(r["index"])
         sub = t["subs"][i]
-        job = JOBS.get(r.get("kind"))
+        job = (getattr(a, "jobs", None) or {}).get(r.get("kind"))
         if job is None:
             continue
         try:
@@ -306,6 +311,13 @@ def with_section(sections: list, a, figs: dict) -> list:
         for title, body, md in secs:
             out.append((f"Job {i} ({r.get('kind')}): {title}", body, md))
     return out
+
+
+# the report's multi-job stage (stages.py): each job's analysis, at the end of the page
+STAGE = Stage("jobs", ("manifest.json jobs", "jobs/*/spec.toml", "jobs/*/workers", "losses"),
+              compute=lambda a: analyse(a, a.captured.get("jobs")),
+              metrics=lambda t: metrics(t) if t else None, render=sections,
+              what="jobs on the fabric")
 
 
 def _md(df: pd.DataFrame) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from incastlab.analysis.report import build_report
+from incastlab.commands.common import build_report
 from incastlab.apps.local import events, read_jsonl
 from tests.rootnet import run_complete
 

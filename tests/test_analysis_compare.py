@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from incastlab.analysis import compare_runs
+from incastlab.commands.common import compare_runs
 from incastlab.analysis.compare import differing_keys, group_label, mean_ci, t975
 from incastlab.analysis.synthetic import make_run_dir
 
@@ -245,6 +245,7 @@ def test_confound_flags_cpu_captures_code_machine():
 
 from incastlab.analysis import interactive_compare as ic  # noqa: E402
 from incastlab.analysis import metrics as _metrics  # noqa: E402
+from incastlab.jobs import JOBS  # noqa: E402
 
 
 def _r(group, name, value):
@@ -346,7 +347,7 @@ def test_compare_page_inlines_plotly_once_and_links_points(tmp_path):
     assert page.count(interactive.script()) == 1 and page.count("Plotly.newPlot") == 1
     data, layout = _plotly_figure(page)
     menu = [b["label"] for b in layout["updatemenus"][0]["buttons"]]
-    m = next(m for m in _metrics.compared() if m.name == "goodput_mbps")
+    m = next(m for m in _metrics.compared(JOBS) if m.name == "goodput_mbps")
     goodput = menu.index(f"{m.label} ({m.unit})")
     pts = data[2 * goodput]  # two traces a metric: its runs, then its groups' means
     assert pts["name"] == "each run" and pts["y"] == [10, 4, 8]

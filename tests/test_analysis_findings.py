@@ -7,7 +7,9 @@ import pandas as pd
 import pytest
 
 from incastlab.analysis import findings as fnd
-from incastlab.analysis.report import Analysis, analyse, build_report
+from incastlab.analysis.report import Analysis
+from incastlab.commands.common import analyse, build_report
+from incastlab.jobs import JOBS
 from incastlab.analysis.synthetic import make_demo_run, make_run_dir
 
 T0 = 1_700_000_000.0
@@ -143,7 +145,7 @@ def test_incast_rounds_and_quiet_queues(tmp_path):
 def _analysis(**metrics) -> Analysis:
     """A hand-made Analysis holding only what the cost and trust sentences read."""
     a = Analysis(Path("/nonexistent"), {"cpu": {"saturated": False}}, {}, None, "complete",
-                 "", T0, T0 + 10)
+                 "", T0, T0 + 10, jobs=JOBS)
     a.metrics = {"reconciliation": {"capture_drops": 0}, **metrics}
     return a
 

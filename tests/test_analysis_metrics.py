@@ -8,11 +8,13 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from incastlab.analysis import compare_runs, metrics
+from incastlab.analysis import metrics
+from incastlab.commands.common import compare_runs
 from incastlab.analysis.metrics import Metric
-from incastlab.analysis.report import build_report
+from incastlab.commands.common import build_report
 from incastlab.analysis.synthetic import make_demo_run, make_run_dir
 from incastlab.commands.common import compare_summary, short_summary
+from incastlab.jobs import JOBS
 
 T0 = 1_700_000_000.0
 # metrics.json `headline` keys as tests, compare and users' scripts read them: kept stable
@@ -44,21 +46,21 @@ def test_declarations_are_complete_and_keys_stable():
     # what compare plots and the CLI prints of the built-in list (job plugins add their
     # own through Job.metrics()); losses are plotted from the captures, not tc's counter
     headline = set(STABLE_KEYS)
-    assert {m.name for m in metrics.plotted() if m.name in headline} == {
+    assert {m.name for m in metrics.plotted(JOBS) if m.name in headline} == {
         "iteration_time_mean_s", "goodput_mbps", "throughput_mbps", "retransmissions",
         "rtos", "capture_losses", "comm_over_bound", "network_cost_s"}
-    assert [m.name for m in metrics.for_cli() if m.name in headline] == [
+    assert [m.name for m in metrics.for_cli(JOBS) if m.name in headline] == [
         "iteration_time_mean_s", "tc_drops", "capture_losses", "retransmissions", "rtos",
         "goodput_mbps", "final_accuracy", "bound_s", "comm_over_bound", "network_cost_s",
         "rto_stall_s"]
 
 
 def test_formatting():
-    drops, it = metrics.by_name("tc_drops"), metrics.by_name("iteration_time_mean_s")
+    drops, it = metrics.by_name("tc_drops", JOBS), metrics.by_name("iteration_time_mean_s", JOBS)
     assert drops.text(12345.0) == "12,345" and drops.text_with_unit(1.0) == "1 packet"
     assert drops.text_with_unit(6.0) == "6 packets" and drops.text(None) == "n/a"
     assert it.text_with_unit(0.13916) == "0.139 s" and it.text(float("nan")) == "n/a"
-    assert metrics.by_name("spine_max_mean").text_with_unit(3.0) == "3"  # a ratio: no unit
+    assert metrics.by_name("spine_max_mean", JOBS).text_with_unit(3.0) == "3"  # a ratio: no unit
 
 
 def _fake(missing=None, **metrics_):
@@ -138,11 +140,11 @@ def test_report_shows_the_meaning_next_to_each_number(demo):
     _, truth, paths = demo
     rows = _headline_rows(paths["report"].read_text())
     # every metric a PS run measures, in declared order; the incast-only ones left out
-    assert list(rows) == [m.name for m in metrics.metrics_for("ps")]
+    assert list(rows) == [m.name for m in metrics.metrics_for("ps", JOBS)]
     assert "goodput_mbps" not in rows
     head = json.loads(paths["metrics"].read_text())["headline"]
     for key, (label, value, unit, meaning) in rows.items():
-        m = metrics.by_name(key)
+        m = metrics.by_name(key, JOBS)
         # (an n/a row adds its reason under the meaning: test_na_rows_say_why)
         meaning = re.sub(r"<br><span class='none'>n/a: .*</span>$", "", meaning)
         assert (label, value, unit, meaning) == (m.label, m.text(head[key]), m.unit, m.meaning)
@@ -153,10 +155,10 @@ def test_report_shows_the_meaning_next_to_each_number(demo):
     assert rows["rtos"][1] == str(truth["rto_events"])
     assert rows["spine_max_mean"][1] == "3"
     md = paths["summary"].read_text()
-    for m in metrics.metrics_for("ps"):
+    for m in metrics.metrics_for("ps", JOBS):
         assert f"| {m.label} (`{m.name}`) | " in md
     assert (f"| queue drops (tc) (`tc_drops`) | {truth['tc_drops']} packets | "
-            f"{metrics.by_name('tc_drops').meaning} |") in md
+            f"{metrics.by_name('tc_drops', JOBS).meaning} |") in md
 
 
 def test_na_rows_say_why(tmp_path):
@@ -177,9 +179,9 @@ def test_a_job_metric_reaches_every_output(demo, tmp_path):
                  inputs=("workers",), cli=True, plot=False)
     metrics.register(toy, kind="ps")
     try:
-        assert metrics.by_name(toy.name).kinds == ("ps",)
-        assert toy.name in {m.name for m in metrics.metrics_for("ps")}
-        assert toy.name not in {m.name for m in metrics.metrics_for("ring")}
+        assert metrics.by_name(toy.name, JOBS).kinds == ("ps",)
+        assert toy.name in {m.name for m in metrics.metrics_for("ps", JOBS)}
+        assert toy.name not in {m.name for m in metrics.metrics_for("ring", JOBS)}
         with pytest.raises(ValueError, match="declared twice"):
             metrics.register(toy)
         paths = build_report(run, plots=False)
@@ -193,7 +195,7 @@ def test_a_job_metric_reaches_every_output(demo, tmp_path):
         assert (row["unit"], row["mean"], row["n"]) == ("bytes", 40_000.0, 1)
     finally:
         metrics.unregister(toy.name)
-    assert toy.name not in {m.name for m in metrics.all_metrics()}
+    assert toy.name not in {m.name for m in metrics.all_metrics(JOBS)}
 
 
 def test_cli_prints_declared_numbers_and_findings(demo):
@@ -232,7 +234,7 @@ def test_compare_reads_the_declarations(tmp_path):
     out = compare_runs(runs, tmp_path / "cmp")
     table = pd.read_csv(out["table"])
     units = dict(zip(table["metric"], table["unit"], strict=False))
-    assert units == {m.name: m.unit for m in metrics.compared() if m.name in units}
+    assert units == {m.name: m.unit for m in metrics.compared(JOBS) if m.name in units}
     assert units["goodput_mbps"] == "Mbit/s"
     page = out["report"].read_text()
     # the meaning beside the numbers (pandas escapes the apostrophe its own way)
@@ -287,11 +289,11 @@ def test_metrics_a_job_declares_are_collected_from_the_job_registry(demo):
     jobs.register(_toy_job("toyone", [shared, own]))
     jobs.register(_toy_job("toytwo", [shared]))
     try:
-        declared = {m.name: m for m in metrics.all_metrics()}
+        declared = {m.name: m for m in metrics.all_metrics(JOBS)}
         assert declared["toy_shared"].kinds == ("toyone", "toytwo")
         assert declared["toy_own"].kinds == ("toyone",)
-        assert "toy_own" in {m.name for m in metrics.metrics_for("toyone")}
-        assert "toy_own" not in {m.name for m in metrics.metrics_for("toytwo")}
+        assert "toy_own" in {m.name for m in metrics.metrics_for("toyone", JOBS)}
+        assert "toy_own" not in {m.name for m in metrics.metrics_for("toytwo", JOBS)}
         m = json.loads(build_report(run, plots=False)["metrics"].read_text())
         # a PS run: the shared metric is computed all the same; the other is n/a, and why
         assert m["headline"]["toy_shared"] == 1.5 and m["headline"]["toy_own"] is None
@@ -299,7 +301,7 @@ def test_metrics_a_job_declares_are_collected_from_the_job_registry(demo):
     finally:
         jobs.unregister("toyone")
         jobs.unregister("toytwo")
-    assert "toy_own" not in {m.name for m in metrics.all_metrics()}
+    assert "toy_own" not in {m.name for m in metrics.all_metrics(JOBS)}
 
 
 def test_conflicting_job_declarations_are_refused():
@@ -312,7 +314,7 @@ def test_conflicting_job_declarations_are_refused():
     try:
         with pytest.raises(ValueError, match="'toyone' and 'toytwo' declare headline "
                                              "metric 'toy_x' differently"):
-            metrics.all_metrics()
+            metrics.all_metrics(JOBS)
     finally:
         jobs.unregister("toyone")
         jobs.unregister("toytwo")
@@ -320,17 +322,18 @@ def test_conflicting_job_declarations_are_refused():
                                              compute=lambda a: 0)]))
     try:
         with pytest.raises(ValueError, match="declares headline metric 'tc_drops'"):
-            metrics.all_metrics()
+            metrics.all_metrics(JOBS)
     finally:
         jobs.unregister("toyone")
 
 
 def test_run_kind_is_what_ran_else_what_was_asked():
     # as analysis/jobcost.py picks the run's job: the logged mode's kind first
-    assert metrics.run_kind("gloo", {"workload": {"kind": "ps"}}) == "ring"
-    assert metrics.run_kind("sync", {}) == "ps"
-    assert metrics.run_kind(None, {"workload": {"kind": "incast"}}) == "incast"
-    assert metrics.run_kind("no-such-mode", {}) is None and metrics.run_kind(None, {}) is None
+    assert metrics.run_kind("gloo", {"workload": {"kind": "ps"}}, JOBS) == "ring"
+    assert metrics.run_kind("sync", {}, JOBS) == "ps"
+    assert metrics.run_kind(None, {"workload": {"kind": "incast"}}, JOBS) == "incast"
+    assert metrics.run_kind("no-such-mode", {}, JOBS) is None \
+        and metrics.run_kind(None, {}, JOBS) is None
 
 
 def test_iteration_metrics_apply_to_every_job_that_logs_iterations():
@@ -345,8 +348,8 @@ def test_iteration_metrics_apply_to_every_job_that_logs_iterations():
 
     jobs.register(Laps())
     try:
-        names = {m.name for m in metrics.metrics_for("laps")}
+        names = {m.name for m in metrics.metrics_for("laps", JOBS)}
         assert "iteration_time_mean_s" in names and "step_time_mean_s" in names
-        assert "iteration_time_mean_s" not in {m.name for m in metrics.metrics_for("incast")}
+        assert "iteration_time_mean_s" not in {m.name for m in metrics.metrics_for("incast", JOBS)}
     finally:
         jobs.unregister("laps")

@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from incastlab.analysis import build_report
-from incastlab.analysis.report import analyse
+from incastlab.commands.common import build_report
+from incastlab.commands.common import analyse
 from incastlab.analysis.synthetic import make_demo_run, make_run_dir
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -350,8 +350,7 @@ def test_spurious_is_judged_only_at_the_destination_host(tmp_path):
     """Without the receiver host's capture, a capture point upstream of a drop must not
     decide that a retransmission was spurious (issue 13: a deleted receiver pcap made
     136 retransmissions "spurious" while the kernel saw no D-SACK)."""
-    from incastlab.analysis.report import analyse
-
+    from incastlab.commands.common import analyse
     run = tmp_path / "demo"
     truth = make_demo_run(run)
     spurious = analyse(run, cache=False).tables["retrans"]["spurious"]

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from incastlab.analysis.pcap import ip_to_int, read_pcap
-from incastlab.analysis.report import build_report
+from incastlab.commands.common import build_report
 from incastlab.runner import check_ready, run_experiment
 from incastlab.spec import load_spec
 from incastlab.topologies.fabricmap import FabricMap

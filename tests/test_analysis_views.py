@@ -10,10 +10,11 @@ import subprocess
 import pandas as pd
 import pytest
 
-from incastlab.analysis import build_report, fabricpic
+from incastlab.analysis import fabricpic
+from incastlab.commands.common import build_report
 from incastlab.analysis import flowroles as fr
 from incastlab.analysis import render
-from incastlab.analysis.report import analyse
+from incastlab.commands.common import analyse
 from incastlab.analysis.synthetic import demo_fabric, make_demo_run
 
 T0 = 1_700_000_000.0

@@ -15,7 +15,8 @@ import pytest
 from incastlab.analysis import chunked, episodes, rundir, tcp
 from incastlab.analysis import latency as lat
 from incastlab.analysis.pcap import read_pcap
-from incastlab.analysis.report import _received_at_host, analyse
+from incastlab.analysis.report import received_at_host as _received_at_host
+from incastlab.commands.common import analyse
 from incastlab.analysis.synthetic import MSS, TcpScript, make_demo_run, scenario_tcp, write_pcap
 
 T0 = 1_700_000_000.0

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from incastlab.analysis.report import build_report
+from incastlab.commands.common import build_report
 from tests.rootnet import run_complete
 
 pytestmark = pytest.mark.root

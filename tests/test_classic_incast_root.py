@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from incastlab.analysis.report import analyse, build_report
+from incastlab.commands.common import analyse, build_report
 from tests.rootnet import run_complete
 
 pytestmark = pytest.mark.root

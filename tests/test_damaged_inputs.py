@@ -11,7 +11,7 @@ import pytest
 
 from incastlab.analysis import inputs as inp
 from incastlab.analysis.pcap import read_pcap
-from incastlab.analysis.report import analyse, build_report
+from incastlab.commands.common import analyse, build_report
 from incastlab.analysis.rundir import load_queues, read_csv_lines
 from incastlab.analysis.synthetic import make_demo_run
 
@@ -261,8 +261,7 @@ def test_compare_leaves_a_partial_runs_na_out_of_the_means(pristine, tmp_path):
     """Three copies of the run (tc_drops 6 each), one with queues.csv truncated (its
     file holds 4): the group's tc_drops is 6 over n = 2, not 4 over 3 (n/a as 0) or
     16/3 (the floor as a value), and the page names the partial run."""
-    from incastlab.analysis import compare_runs
-
+    from incastlab.commands.common import compare_runs
     runs = []
     for k in range(3):
         dst = tmp_path / f"r{k}"

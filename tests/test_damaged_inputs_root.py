@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from incastlab.analysis.report import analyse, build_report
+from incastlab.commands.common import analyse, build_report
 from tests.rootnet import run_complete
 
 pytestmark = pytest.mark.root

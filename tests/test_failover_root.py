@@ -83,7 +83,7 @@ def _nothing_left():
 
 
 def test_link_down_mid_run_under_ecmp_fails_over_to_the_other_spine(tmp_path):
-    from analysis import report
+    from incastlab.commands import common as report
     from incastlab.runner import check_ready, run_experiment
     from incastlab.spec import loads_spec
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from incastlab import hostevents as he
-from incastlab.analysis.report import analyse, build_report
+from incastlab.commands.common import analyse, build_report
 from incastlab.apps.local import read_jsonl
 from incastlab.events import read_events
 from tests.rootnet import free_port

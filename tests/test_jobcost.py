@@ -8,7 +8,7 @@ import pytest
 
 from incastlab import jobs
 from incastlab.analysis import metrics
-from incastlab.analysis.report import analyse, build_report
+from incastlab.commands.common import analyse, build_report
 from incastlab.analysis.synthetic import demo_fabric, make_run_dir
 from incastlab.jobs.base import Job, Roles
 

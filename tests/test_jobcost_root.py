@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from incastlab.analysis.attribution import recovery_intervals
-from incastlab.analysis.report import analyse, build_report
+from incastlab.commands.common import analyse, build_report
 from tests.rootnet import run_complete
 
 pytestmark = pytest.mark.root

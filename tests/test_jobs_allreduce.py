@@ -9,7 +9,7 @@ import pytest
 
 from incastlab import jobs
 from incastlab.analysis import costmodel
-from incastlab.analysis.report import analyse
+from incastlab.commands.common import analyse
 from incastlab.analysis.synthetic import demo_fabric, make_run_dir
 from incastlab.apps import ring as ring_app
 from incastlab.jobs import ring as ring_job

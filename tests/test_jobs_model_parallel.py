@@ -12,7 +12,7 @@ import pytest
 
 from incastlab.jobs.pipeline_bound import bubble_fraction, pipeline_bound
 from incastlab.jobs.tensor_bound import tensor_bound
-from incastlab.analysis.report import analyse, build_report
+from incastlab.commands.common import analyse, build_report
 from incastlab.analysis.synthetic import demo_fabric, make_run_dir
 from incastlab.apps import pipeline as pp
 from incastlab.apps import tensor as tp

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from incastlab import jobs
-from incastlab.analysis.report import analyse
+from incastlab.commands.common import analyse
 from incastlab.analysis.synthetic import demo_fabric, make_run_dir
 from incastlab.apps import moe as moe_app
 from incastlab.spec import SpecError, load_spec

@@ -305,8 +305,7 @@ def ps_run(path, mode, evals, stale, rule, rate):
 
 
 def test_report_states_rule_rate_and_time_to_target(tmp_path):
-    from incastlab.analysis.report import build_report
-
+    from incastlab.commands.common import build_report
     run = ps_run(tmp_path / "async", "async", EVALS, [0, 2, 4], "per_worker", 0.05)
     out = build_report(run)
     m = json.loads(out["metrics"].read_text())
@@ -330,8 +329,7 @@ def test_report_states_rule_rate_and_time_to_target(tmp_path):
 
 
 def test_compare_of_modes_says_who_reached_the_target_first(tmp_path):
-    from incastlab.analysis.compare import compare_runs
-
+    from incastlab.commands.common import compare_runs
     slow = [dict(e, t=100 + 3 * (e["t"] - 100)) for e in EVALS]
     runs = [ps_run(tmp_path / "sync", "sync", slow, [0, 0], "mean", 0.05),
             ps_run(tmp_path / "async", "async", EVALS, [1, 5], "per_worker", 0.05)]

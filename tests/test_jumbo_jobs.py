@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from incastlab.analysis.report import analyse
+from incastlab.commands.common import analyse
 from incastlab.analysis.synthetic import demo_fabric, make_run_dir
 
 T0 = 1_700_000_000.0

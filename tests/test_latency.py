@@ -8,10 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from incastlab.analysis import build_report, latency, metrics, queues, tcp
+from incastlab.analysis import latency, metrics, queues, tcp
+
+from incastlab.commands.common import build_report
 from incastlab.analysis.pcap import read_pcap
 from incastlab.analysis.synthetic import (MSS, TcpScript, demo_fabric, make_demo_run,
                                           make_run_dir, scenario_tcp, write_pcap)
+from incastlab.jobs import JOBS
 
 D = 0.0005      # TcpScript's default one-way delay between its two capture points
 TOL = 3e-6      # pcap timestamps are whole microseconds: two of them per difference
@@ -304,7 +307,7 @@ def test_report_has_latency_numbers_section_and_figure(demo):
     assert (run / "plots" / "latency.png").exists()
     assert (run / "tables" / "latency_rtt_samples.csv").exists()
     assert {"rtt_p50_ms", "rtt_p99_ms", "queue_delay_p99_ms"} <= \
-        {x.name for x in metrics.compared()}
+        {x.name for x in metrics.compared(JOBS)}
 
 
 def test_missing_inputs_make_latency_metrics_n_a(tmp_path):

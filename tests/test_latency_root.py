@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from incastlab.analysis import latency
-from incastlab.analysis.report import build_report
+from incastlab.commands.common import build_report
 from incastlab.topologies.fabricmap import FabricMap
 from tests.rootnet import run_complete
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from incastlab.analysis.report import build_report
+from incastlab.commands.common import build_report
 from incastlab.apps.local import events, read_jsonl
 from incastlab.apps.pipeline import schedule
 from tests.rootnet import ovs_bridges, run_complete

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.root
 
 def test_two_jobs_on_one_fabric_complete_with_per_job_report(tmp_path):
     from analysis import pcap as pc
-    from analysis.report import build_report
+    from incastlab.commands.common import build_report
     from incastlab.runner import check_ready, run_experiment
     from incastlab.spec import load_spec
 

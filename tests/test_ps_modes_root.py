@@ -16,8 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from incastlab.analysis.compare import compare_runs
-from incastlab.analysis.report import analyse, build_report
+from incastlab.commands.common import compare_runs
+from incastlab.commands.common import analyse, build_report
 from tests.rootnet import free_port
 
 pytestmark = pytest.mark.root

@@ -3,7 +3,7 @@ synthetic run directory whose fabric map has queue_bytes and whose queue samples
 port to its limit."""
 import dataclasses
 
-from incastlab.analysis.report import analyse
+from incastlab.commands.common import analyse
 from incastlab.analysis.synthetic import demo_fabric, make_run_dir
 from incastlab.topologies.fabricmap import Link
 
@@ -27,9 +27,9 @@ def test_the_worst_queue_and_the_fabric_are_stated_in_bytes(tmp_path):
     run = make_run_dir(tmp_path / "r", queues=rows, fabric=_bytes_fabric(30_000, 9000),
                        t0=T0)
     a = analyse(run)
-    from incastlab.analysis import findings, render
+    from incastlab.analysis import findings, sections
 
     worst = findings.worst_queue(a).text
     assert "27,042 bytes (3 packets) of a 30,000-byte limit" in worst, worst
-    _title, _html, md = render.fabric_section(a)
+    _title, _html, md = sections.fabric_section(a)
     assert "switch queues of 30,000 bytes; MTU 9000 bytes" in md, md

@@ -9,7 +9,7 @@ import json
 import pandas as pd
 import pytest
 
-from incastlab.analysis.report import build_report
+from incastlab.commands.common import build_report
 from incastlab.topologies.fabricmap import FabricMap
 from tests.rootnet import run_complete
 

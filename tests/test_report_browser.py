@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from incastlab.analysis import browsercheck, build_report, compare_runs
+from incastlab.analysis import browsercheck
+
+from incastlab.commands.common import build_report, compare_runs
 from incastlab.analysis.synthetic import make_demo_run
 
 pytestmark = pytest.mark.skipif(browsercheck.chromium() is None,

@@ -1,5 +1,9 @@
 """What the run, sweep and demo commands share: spec options, validation, execution,
-reporting."""
+reporting.
+
+The analysis never imports the orchestrator: the commands hand it this installation's
+job registry (`analyse`, `build_report`, `compare_runs` below: the analysis's own, with
+``jobs=incastlab.jobs.JOBS``)."""
 from __future__ import annotations
 
 import sys
@@ -54,14 +58,36 @@ def execute(spec, run_dir: Path, args, caps) -> str:
                           progress=progress, caps=caps)
 
 
+def analyse(run_dir, **kw):
+    """`incastlab.analysis.report.analyse` of a run with the job registry handed in."""
+    from incastlab.analysis.report import analyse as analyse_run
+    from incastlab.jobs import JOBS
+
+    return analyse_run(run_dir, jobs=JOBS, **kw)
+
+
+def build_report(run_dir, out_dir=None, **kw) -> dict[str, Path]:
+    """`incastlab.analysis.report.build_report` with the job registry handed in."""
+    from incastlab.analysis.report import build_report as build
+    from incastlab.jobs import JOBS
+
+    return build(run_dir, out_dir, jobs=JOBS, **kw)
+
+
+def compare_runs(run_dirs, out_dir, **kw) -> dict:
+    """`incastlab.analysis.compare.compare_runs` with the job registry handed in."""
+    from incastlab.analysis.compare import compare_runs as compare
+    from incastlab.jobs import JOBS
+
+    return compare(run_dirs, out_dir, jobs=JOBS, **kw)
+
+
 def report_and_summarise(run_dir: Path, args) -> None:
     """Build the run's report (also for runs that did not complete: the report says so)
     and print where it is, with the summary."""
     if getattr(args, "no_report", False):
         print(f"run directory: {run_dir}")
         return
-    from incastlab.analysis.report import build_report
-
     try:
         paths = build_report(run_dir)
     except Exception as exc:  # noqa: BLE001 - the raw data stays; say how to retry
@@ -82,6 +108,7 @@ def short_summary(run_dir: Path) -> str:
     import textwrap
 
     from incastlab.analysis.metrics import for_cli, from_json
+    from incastlab.jobs import JOBS
 
     try:
         metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -90,8 +117,8 @@ def short_summary(run_dir: Path) -> str:
     run = metrics.get("run", {})
     lines = [f"{run_dir.name}: {run.get('status', '?')}"
              + (f" ({run['reason']})" if run.get("reason") else "")]
-    cli = {m.name for m in for_cli()}
-    for r in from_json(metrics):
+    cli = {m.name for m in for_cli(JOBS)}
+    for r in from_json(metrics, JOBS):
         if r.metric.name in cli and r.value is not None:
             lines.append(f"  {r.metric.label}: {r.metric.text_with_unit(r.value)}")
     findings = metrics.get("findings") or []
@@ -112,6 +139,7 @@ def compare_summary(table_path: Path, per_block: int = 5) -> str:
     import pandas as pd
 
     from incastlab.analysis.metrics import for_cli
+    from incastlab.jobs import JOBS
 
     from incastlab.analysis.compare import cell_text
 
@@ -131,7 +159,7 @@ def compare_summary(table_path: Path, per_block: int = 5) -> str:
     lines = ["comparison (mean ± 95 % CI half-width with 3 or more runs, else each run's "
              "value; n = runs):"]
     lines += [f"  [{i}] {g} (n={n[g]})" for i, g in enumerate(groups, start=1)]
-    declared = {m.name: m for m in for_cli()}
+    declared = {m.name: m for m in for_cli(JOBS)}
     cell = {}
     for r in table.to_dict("records"):
         m = declared.get(r["metric"])
@@ -139,7 +167,7 @@ def compare_summary(table_path: Path, per_block: int = 5) -> str:
             continue
         stats = {k: (float("nan") if v is None else v) for k, v in r.items()}
         cell[(r["metric"], r["group"])] = cell_text(stats, m.text)
-    rows = [(m.label + (f" ({m.unit})" if m.unit else ""), m.name) for m in for_cli()
+    rows = [(m.label + (f" ({m.unit})" if m.unit else ""), m.name) for m in for_cli(JOBS)
             if any((m.name, g) in cell for g in groups)]
     width = max(len(label) for label, _ in rows) if rows else 0
     for start in range(0, len(groups), per_block):

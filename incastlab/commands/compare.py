@@ -20,7 +20,8 @@ def run(args) -> int:
         print(f"incastlab compare: not run directories (no manifest.json): "
               f"{', '.join(missing)}", file=sys.stderr)
         return 2
-    from incastlab.analysis.compare import DuplicateRunError, compare_runs
+    from incastlab.analysis.compare import DuplicateRunError
+    from incastlab.commands.common import compare_runs
 
     try:
         out = compare_runs(dirs, Path(args.out))

@@ -18,9 +18,7 @@ def run(args) -> int:
         print(f"incastlab report: {run_dir} is not a run directory (no manifest.json)",
               file=sys.stderr)
         return 2
-    from incastlab.analysis.report import build_report
-
-    from incastlab.commands.common import short_summary
+    from incastlab.commands.common import build_report, short_summary
 
     paths = build_report(run_dir)
     if not args.quiet:

@@ -89,9 +89,8 @@ def sweep(args, spec=None) -> int:
             break
     (base / "sweep.json").write_text(json.dumps(
         {"spec": spec.source, "runs": statuses}, indent=1))
-    from incastlab.analysis.compare import compare_runs
-
-    out = compare_runs([d for d in run_dirs if run_status(d) == "complete"], base / "compare")
+    out = common.compare_runs([d for d in run_dirs if run_status(d) == "complete"],
+                              base / "compare")
     summary = common.compare_summary(out["table"]) if not args.quiet else ""
     if summary:
         print(summary)

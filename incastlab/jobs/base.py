@@ -19,14 +19,17 @@ The orchestrator (spec, runner) and the analysis loop over the registry in
 :mod:`incastlab.jobs`; none of them branches on a kind's name. Adding a job is its
 module, one registry line, a spec in ``specs/`` and its tests.
 
-Nothing here imports Mininet, os-ken or torch, so the analysis (which asks a run's job
-for its sections) still runs on any laptop.
+Nothing here imports Mininet, os-ken or torch. The analysis never imports this package:
+the command resolves the job registry and hands it to ``analyse(run_dir, jobs=...)``;
+the hooks below import the analysis modules they use inside themselves (so validating
+a spec does not load matplotlib), and read the run through ``incastlab.analysis.runview``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from incastlab.analysis.stages import Section  # the report's section, one declaration
 from incastlab.apps.commands import Endpoint
 from incastlab.fields import did_you_mean, int_check, is_int, is_num, num_check, spec_field
 
@@ -63,14 +66,6 @@ class Roles:
     worker_noun: str
     server_noun: str = ""
     count_field: str = "workload.workers"
-
-
-class Section(NamedTuple):
-    """A report section: its title, its HTML and its Markdown."""
-
-    title: str
-    html: str
-    markdown: str
 
 
 class Job:
@@ -116,37 +111,37 @@ class Job:
         iterations (a PS) is never tolerated. 0 by default: every worker is needed."""
         return 0
 
-    # -- analysis (see incastlab.jobs.analysis for the context object) ----------------
-    def bound(self, ctx) -> Any:
+    # -- analysis: `analysis` is the run's analysis (analysis/report.py) --------------
+    def bound(self, analysis) -> Any:
         """The lower bound of one iteration on this run's fabric (an
         ``analysis.costmodel.Bound``), or None when the job has none."""
         return None
 
-    def schedule_s(self, ctx, bound) -> float:
+    def schedule_s(self, analysis, bound) -> float:
         """Seconds per iteration that the job's own schedule adds above ``bound`` on
         any network (e.g. a sync PS's push phase then pull phase, where a pipelined PS
         would overlap them); 0 by default."""
         return 0.0
 
-    def attribution_rows(self, ctx):
+    def attribution_rows(self, analysis):
         """``(rows, waits_on)``: the rows whose time is split into its causes (one per
         rank × iteration or round: t_start, t_end, host, compute_s, wait_s), and the
         hosts whose flows every row also waits on (``analysis.attribution``)."""
         return None, []
 
-    def tables(self, ctx) -> dict:
+    def tables(self, analysis) -> dict:
         """Job-specific tables (name -> DataFrame) for the report and metrics.json."""
         return {}
 
-    def sections(self, ctx, figs: Mapping[str, Any]) -> list[Section]:
+    def sections(self, analysis, figs: Mapping[str, Any]) -> list[Section]:
         """Job-specific report sections, after the common ones."""
         return []
 
-    def plots(self, ctx) -> dict[str, Callable]:
+    def plots(self, analysis) -> dict[str, Callable]:
         """Job-specific figures: name -> function(path) -> path or None."""
         return {}
 
-    def findings(self, ctx) -> list[str]:
+    def findings(self, analysis) -> list[str]:
         """Sentences the job adds to the findings at the top of the report (after where
         the worst queue was, the losses and what the network cost), e.g. a PS's time to
         the target accuracy. At most one or two: the findings are 3-5 sentences."""

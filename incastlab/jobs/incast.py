@@ -11,8 +11,6 @@ from dataclasses import dataclass
 
 from incastlab.apps.commands import Endpoint, iface_args, option_args
 from incastlab.fields import int_check, spec_field
-from incastlab.jobs import reporting as rep
-from incastlab.jobs import runview
 from incastlab.jobs.base import Job, Launch, Roles, Section, endpoints
 from incastlab.topologies import naming
 
@@ -108,75 +106,80 @@ class IncastJob(Job):
         return servers + [client]
 
     # -- analysis --------------------------------------------------------------------
-    def bound(self, a):
+    def bound(self, analysis):
         """One round: N blocks through the receiver's port (the incast queue), each
         sender's own link and the uplinks (jobs/incast_bound.py)."""
+        from incastlab.analysis import runview
         from incastlab.jobs.incast_bound import incast_bound
 
-        w, p = runview.workload(a), runview.placed(a)
-        if p is None or a.fabric is None or not p.servers or not p.workers:
+        w, p = runview.workload(analysis, self.Fields), runview.placed(analysis)
+        if p is None or analysis.fabric is None or not p.servers or not p.workers:
             return None
         receiver = p.servers[0]
-        rates = [runview.host_mbps(a, h) for h in p.workers]
-        b_r = runview.host_mbps(a, receiver)
+        rates = [runview.host_mbps(analysis, h) for h in p.workers]
+        b_r = runview.host_mbps(analysis, receiver)
         if b_r is None or None in rates:
             return None
-        spines = runview.usable_spines(a)
-        fabric = {"sender_leaves": [runview.leaf_of(a, h) for h in p.workers],
-                  "receiver_leaf": runview.leaf_of(a, receiver), "spines": spines,
-                  "fabric_mbps": a.fabric.fabric_bw_mbps} \
-            if spines and a.fabric.fabric_bw_mbps else {}
+        spines = runview.usable_spines(analysis)
+        fabric = {"sender_leaves": [runview.leaf_of(analysis, h) for h in p.workers],
+                  "receiver_leaf": runview.leaf_of(analysis, receiver), "spines": spines,
+                  "fabric_mbps": analysis.fabric.fabric_bw_mbps} \
+            if spines and analysis.fabric.fabric_bw_mbps else {}
         return incast_bound(len(p.workers), float(w.block_bytes), b_r, sender_mbps=rates,
-                            mtu=runview.mtu(a), **fabric)
+                            mtu=runview.mtu(analysis), **fabric)
 
-    def attribution_rows(self, a):
+    def attribution_rows(self, analysis):
         """Each round, at the receiver: every block's flow ends at its host."""
-        rounds = a.tables["rounds"].copy()
-        p = runview.placed(a)
+        from incastlab.analysis import runview
+        rounds = analysis.tables["rounds"].copy()
+        p = runview.placed(analysis)
         rounds["host"] = p.servers[0] if p and p.servers else None
         return rounds, []
 
-    def tables(self, a) -> dict:
+    def tables(self, analysis) -> dict:
         from incastlab.jobs.incast_tables import incast_rounds
 
-        return {"rounds": incast_rounds(a.tables["workers_raw"])}
+        return {"rounds": incast_rounds(analysis.tables["workers_raw"])}
 
-    def plots(self, a) -> dict:
+    def plots(self, analysis) -> dict:
         from incastlab.jobs.incast_figures import incast_goodput
 
-        r = a.tables["retrans"]
+        r = analysis.tables["retrans"]
         rto = r.loc[r["event"].astype(bool) & (r["kind"] == "rto"), "t"] if len(r) else []
-        return {"incast": lambda path: incast_goodput(a.tables["rounds"], path, rto)}
+        return {"incast": lambda path: incast_goodput(analysis.tables["rounds"], path, rto)}
 
-    def sections(self, a, figs) -> list[Section]:
-        if a.tables["rounds"].empty:
-            return [Section("Incast benchmark goodput", *rep.render.none(
+    def sections(self, analysis, figs) -> list[Section]:
+        from incastlab.analysis import render
+        if analysis.tables["rounds"].empty:
+            return [Section("Incast benchmark goodput", *render.none(
                 "no round events in the client's log"))]
-        rounds = rep.render.rel(a.tables["rounds"], a.t0)
-        cond = self.condition(a)
+        rounds = render.rel(analysis.tables["rounds"], analysis.t0)
+        cond = self.condition(analysis)
         note = f"<p>{html.escape(cond['text'])}</p>" if cond else ""
         note_md = f"{cond['text']}\n\n" if cond else ""
         return [Section("Incast benchmark goodput (s since run start)",
-                        note + rep.render.img(figs.get("incast"), "incast")
-                        + rep.render.df_html(rounds), note_md + rep.render.df_md(rounds))]
+                        note + render.img(figs.get("incast"), "incast")
+                        + render.df_html(rounds), note_md + render.df_md(rounds))]
 
-    def condition(self, a) -> dict | None:
+    def condition(self, analysis) -> dict | None:
         """`collapse_condition` with this run's senders, block, receiver link, RTO_min,
         rounds and RTOs; None where the fabric map or placement is missing."""
-        w, p = runview.workload(a), runview.placed(a)
+        from incastlab.analysis import runview
+        w, p = runview.workload(analysis, self.Fields), runview.placed(analysis)
         if p is None or not p.servers or not p.workers:
             return None
-        link = runview.host_mbps(a, p.servers[0])
+        link = runview.host_mbps(analysis, p.servers[0])
         if link is None:
             return None
-        r = a.tables["rounds"]
-        t = a.tables["retrans"]
+        r = analysis.tables["rounds"]
+        t = analysis.tables["retrans"]
         rto = t.loc[t["event"].astype(bool) & (t["kind"] == "rto"), "t"].to_numpy() \
             if len(t) else []
         hit = sum(bool(((rto >= t0) & (rto <= t1)).any())
                   for t0, t1 in zip(r["t_start"].astype(float), r["t_end"].astype(float),
                                     strict=True)) if len(rto) else 0
-        return collapse_condition(len(p.workers), float(w.block_bytes), link, w.rto_min_ms,
+        rto_min_ms = runview.common_field(analysis, "rto_min_ms")
+        return collapse_condition(len(p.workers), float(w.block_bytes), link, rto_min_ms,
                                   r["goodput_mbps"].astype(float).tolist(), hit)
 
 

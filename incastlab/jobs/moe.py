@@ -14,8 +14,6 @@ from dataclasses import dataclass
 
 from incastlab.apps.commands import Endpoint, one_rank_per_host
 from incastlab.fields import choice, int_check, num_check, spec_field
-from incastlab.jobs import reporting as rep
-from incastlab.jobs import runview
 from incastlab.jobs.base import (
     RENDEZVOUS_PORT,
     Job,
@@ -92,40 +90,43 @@ class MoeJob(Job):
                 for rank, (host, argv) in enumerate(zip(hosts, argvs, strict=True))]
 
     # -- analysis --------------------------------------------------------------------
-    def bound(self, a):
+    def bound(self, analysis):
         """One step's all-to-alls at their least (jobs/moe_bound.py): the
         mean over steps of the logged token counts, as bytes host to host, dispatch then
         combine, twice (forward and backward), over the hosts' links and, through the
         spines, the leaves' spine links."""
+        from incastlab.analysis import runview
         from incastlab.jobs.moe_bound import alltoall_bound
 
-        p = runview.placed(a)
-        mat = mean_matrix(a)
-        if p is None or a.fabric is None or mat is None or len(mat) != len(p.workers):
+        p = runview.placed(analysis)
+        mat = mean_matrix(analysis)
+        if p is None or analysis.fabric is None or mat is None or len(mat) != len(p.workers):
             return None
-        rates = [runview.host_mbps(a, h) for h in p.workers]
+        rates = [runview.host_mbps(analysis, h) for h in p.workers]
         if None in rates:
             return None
-        spines = runview.usable_spines(a)
-        fabric = {"leaves": [runview.leaf_of(a, h) for h in p.workers], "spines": spines,
-                  "fabric_mbps": a.fabric.fabric_bw_mbps} \
-            if spines and a.fabric.fabric_bw_mbps else {}
-        return alltoall_bound(mat, rates, passes=2, mtu=runview.mtu(a), **fabric)
+        spines = runview.usable_spines(analysis)
+        fabric = {"leaves": [runview.leaf_of(analysis, h) for h in p.workers], "spines": spines,
+                  "fabric_mbps": analysis.fabric.fabric_bw_mbps} \
+            if spines and analysis.fabric.fabric_bw_mbps else {}
+        return alltoall_bound(mat, rates, passes=2, mtu=runview.mtu(analysis), **fabric)
 
-    def attribution_rows(self, a):
+    def attribution_rows(self, analysis):
         """Every expert host's steps; each all-to-all waits on every host."""
-        p = runview.placed(a)
-        return a.tables["iterations"], list(p.workers) if p else []
+        from incastlab.analysis import runview
+        p = runview.placed(analysis)
+        return analysis.tables["iterations"], list(p.workers) if p else []
 
-    def tables(self, a) -> dict:
-        return {"moe": step_table(a.tables["workers_raw"])}
+    def tables(self, analysis) -> dict:
+        return {"moe": step_table(analysis.tables["workers_raw"])}
 
-    def sections(self, a, figs) -> list[Section]:
-        t = a.tables.get("moe")
+    def sections(self, analysis, figs) -> list[Section]:
+        from incastlab.analysis import render
+        t = analysis.tables.get("moe")
         if t is None or t.empty:
-            return [Section("Mixture of experts: all-to-all", *rep.render.none(
+            return [Section("Mixture of experts: all-to-all", *render.none(
                 "no MoE steps in the worker logs"))]
-        fmt = rep.render.fmt
+        fmt = render.fmt
         per_expert = t.groupby("rank")[["tokens_received"]].mean().reset_index()
         txt = (f"tokens routed {int(t['tokens_routed'].sum()):,}, sent "
                f"{int(t['tokens_sent'].sum()):,}, dropped {int(t['tokens_dropped'].sum()):,} "
@@ -136,10 +137,10 @@ class MoeJob(Job):
             first, last = (t.groupby("iteration")["loss"].mean().iloc[i] for i in (0, -1))
             txt += (f" Learned routing: loss (mean over hosts) {fmt(float(first))} in the "
                     f"first step, {fmt(float(last))} in the last.")
-        html = (f"<p>{rep.render.esc(txt)}</p><h3>Tokens each expert received per step "
-                "(mean)</h3>" + rep.render.df_html(per_expert))
+        html = (f"<p>{render.esc(txt)}</p><h3>Tokens each expert received per step "
+                "(mean)</h3>" + render.df_html(per_expert))
         return [Section("Mixture of experts: all-to-all", html,
-                        txt + "\n\n" + rep.render.df_md(per_expert))]
+                        txt + "\n\n" + render.df_md(per_expert))]
 
     def metrics(self) -> list:
         return list(_metrics())

@@ -21,8 +21,6 @@ import pandas as pd
 
 from incastlab.apps.commands import Endpoint, one_rank_per_host
 from incastlab.fields import choice, int_check, num_check, spec_field
-from incastlab.jobs import reporting as rep
-from incastlab.jobs import runview
 from incastlab.jobs.base import (
     RENDEZVOUS_PORT,
     Job,
@@ -153,10 +151,11 @@ class PipelineJob(Job):
                 for rank, (host, argv) in enumerate(zip(hosts, argvs, strict=True))]
 
     # -- analysis --------------------------------------------------------------------
-    def _op_times(self, a) -> tuple[float, float]:
+    def _op_times(self, analysis) -> tuple[float, float]:
         """Mean F and B durations (s) of the steady steps, else the spec's fwd/bwd."""
-        sp = steady(a.tables.get("pipeline_spans", pd.DataFrame()))
-        w = runview.workload(a)
+        from incastlab.analysis import runview
+        sp = steady(analysis.tables.get("pipeline_spans", pd.DataFrame()))
+        w = runview.workload(analysis, self.Fields)
         if sp is None or sp.empty:
             return w.fwd_ms / 1000, w.bwd_ms / 1000
         f = sp.loc[sp["cat"] == "forward", "dur_s"]
@@ -164,45 +163,47 @@ class PipelineJob(Job):
         return (float(f.mean()) if len(f) else w.fwd_ms / 1000,
                 float(b.mean()) if len(b) else w.bwd_ms / 1000)
 
-    def bound(self, a):
+    def bound(self, analysis):
         """The transfers on a step's critical path, with its bubble as the schedule
         (jobs/pipeline_bound.py), from the measured mean F/B times, the logged
         message size, the stage hosts' links and leaves."""
+        from incastlab.analysis import runview
         from incastlab.jobs.pipeline_bound import pipeline_bound
 
-        w, p = runview.workload(a), runview.placed(a)
-        if p is None or a.fabric is None or len(p.workers) < 2:
+        w, p = runview.workload(analysis, self.Fields), runview.placed(analysis)
+        if p is None or analysis.fabric is None or len(p.workers) < 2:
             return None
-        rates = [runview.host_mbps(a, h) for h in p.workers]
+        rates = [runview.host_mbps(analysis, h) for h in p.workers]
         if None in rates:
             return None
-        starts = a.tables.get("starts")
+        starts = analysis.tables.get("starts")
         act = None
         if isinstance(starts, pd.DataFrame) and "activation_bytes" in starts:
             v = pd.to_numeric(starts["activation_bytes"], errors="coerce").dropna()
             act = float(v.max()) if len(v) else None
         if not act:
             return None
-        fwd, bwd = self._op_times(a)
+        fwd, bwd = self._op_times(analysis)
         return pipeline_bound(
             len(p.workers), int(w.micro_batches), act, rates, fwd_s=fwd, bwd_s=bwd,
-            leaves=[runview.leaf_of(a, h) for h in p.workers],
-            fabric_mbps=a.fabric.fabric_bw_mbps or None, mtu=runview.mtu(a))
+            leaves=[runview.leaf_of(analysis, h) for h in p.workers],
+            fabric_mbps=analysis.fabric.fabric_bw_mbps or None, mtu=runview.mtu(analysis))
 
-    def schedule_s(self, a, bound) -> float:
+    def schedule_s(self, analysis, bound) -> float:
         """The bubble, (S−1)(t_f+t_b): idle on any network, GPipe and 1F1B alike."""
         return float(bound.terms.get("schedule", 0.0)) if bound is not None else 0.0
 
-    def attribution_rows(self, a):
+    def attribution_rows(self, analysis):
         """Every stage's steps; a stalled flow anywhere holds the whole pipeline."""
-        p = runview.placed(a)
-        return a.tables["iterations"], list(p.workers) if p else []
+        from incastlab.analysis import runview
+        p = runview.placed(analysis)
+        return analysis.tables["iterations"], list(p.workers) if p else []
 
-    def tables(self, a) -> dict:
-        sp = spans(a.tables.get("workers_raw"), ("forward", "backward"))
+    def tables(self, analysis) -> dict:
+        sp = spans(analysis.tables.get("workers_raw"), ("forward", "backward"))
         stages = int(sp["rank"].nunique()) if len(sp) else 0
         per_stage = pd.DataFrame(columns=["stage", "busy_s", "idle_s", "step_s", "bubble"])
-        it = a.tables.get("iterations")
+        it = analysis.tables.get("iterations")
         if isinstance(it, pd.DataFrame) and len(it):
             st = steady(it).copy()
             st["busy_s"] = pd.to_numeric(st["compute_s"], errors="coerce")
@@ -214,13 +215,14 @@ class PipelineJob(Job):
         return {"pipeline_spans": sp, "pipeline_bubbles": bubble_table(sp, max(stages, 1)),
                 "pipeline_stages": per_stage}
 
-    def bubble_summary(self, a) -> dict:
+    def bubble_summary(self, analysis) -> dict:
         """Measured bubble fraction (mean of the steady steps) and the model's."""
+        from incastlab.analysis import runview
         from incastlab.jobs.pipeline_bound import bubble_fraction
 
-        w = runview.workload(a)
-        b = steady(a.tables.get("pipeline_bubbles", pd.DataFrame(columns=["iteration"])))
-        sp = a.tables.get("pipeline_spans")
+        w = runview.workload(analysis, self.Fields)
+        b = steady(analysis.tables.get("pipeline_bubbles", pd.DataFrame(columns=["iteration"])))
+        sp = analysis.tables.get("pipeline_spans")
         s = int(sp["rank"].nunique()) if isinstance(sp, pd.DataFrame) and len(sp) \
             else int(w.stages)
         model = bubble_fraction(s, int(w.micro_batches))
@@ -229,17 +231,18 @@ class PipelineJob(Job):
                 "micro_batches": int(w.micro_batches), "schedule": w.schedule,
                 "ratio": measured / model if measured is not None and model else None}
 
-    def plots(self, a) -> dict:
+    def plots(self, analysis) -> dict:
         return {"pipeline_timeline": lambda path: timeline_plot(
-            a.tables["pipeline_spans"], self.bubble_summary(a), path)}
+            analysis.tables["pipeline_spans"], self.bubble_summary(analysis), path)}
 
-    def sections(self, a, figs) -> list[Section]:
+    def sections(self, analysis, figs) -> list[Section]:
+        from incastlab.analysis import render
         title = "Pipeline: per-stage timeline and bubbles"
-        sm = self.bubble_summary(a)
+        sm = self.bubble_summary(analysis)
         if sm["measured"] is None:
-            return [Section(title, *rep.render.none("no span events in the stages' logs"))]
-        bound = a.tables.get("bound")
-        fmt = rep.render.fmt
+            return [Section(title, *render.none("no span events in the stages' logs"))]
+        bound = analysis.tables.get("bound")
+        fmt = render.fmt
         txt = (f"{sm['schedule']}, S = {sm['stages']} stages, M = {sm['micro_batches']} "
                f"micro-batches: measured bubble fraction {fmt(sm['measured'])} (idle share "
                f"of the stages from the first forward to the last backward of a step, mean "
@@ -253,12 +256,12 @@ class PipelineJob(Job):
                "latency reaches its critical path more often than GPipe's.")
         if bound is not None:
             txt += f" Cost model: {bound.formula}."
-        per_stage = a.tables["pipeline_stages"]
-        md = txt + "\n\n" + rep.render.df_md(per_stage)
-        html = (f"<p>{rep.render.esc(txt)}</p>"
-                + rep.render.img(figs.get("pipeline_timeline"), "pipeline timeline")
+        per_stage = analysis.tables["pipeline_stages"]
+        md = txt + "\n\n" + render.df_md(per_stage)
+        html = (f"<p>{render.esc(txt)}</p>"
+                + render.img(figs.get("pipeline_timeline"), "pipeline timeline")
                 + "<h3>Per stage (mean of the steps after the first; s)</h3>"
-                + rep.render.df_html(per_stage))
+                + render.df_html(per_stage))
         return [Section(title, html, md)]
 
     def metrics(self) -> list:
@@ -286,9 +289,10 @@ class PipelineJob(Job):
 
 def timeline_plot(sp: pd.DataFrame, sm: dict, path):
     """One steady step per stage: forwards and backwards as bars (ms since its start)."""
+    from incastlab.analysis import plots as plotting
     if sp is None or sp.empty:
         return None
-    plotting = rep.plotting
+    plotting = plotting
     plt = plotting.plt
     its = sorted(sp["iteration"].dropna().unique())
     it = its[1] if len(its) > 1 else its[0]

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 
 from incastlab.apps.commands import Endpoint, option_args, rank_args
 from incastlab.fields import choice, int_check, num_check, optional, pattern, spec_field
-from incastlab.jobs import reporting as rep
-from incastlab.jobs import runview
 from incastlab.jobs.base import (
     RENDEZVOUS_PORT,
     Job,
@@ -137,109 +135,120 @@ class PsJob(Job):
         return {"sync": 0, "backup": w.backup_workers or 0}.get(w.mode, w.workers - 1)
 
     # -- analysis --------------------------------------------------------------------
-    def bound(self, a):
+    def bound(self, analysis):
         """The sync/async PS bound (jobs/ps_bound.py) on the fabric it ran
         on: each worker's and shard's own link rate, their leaves, the spines the
         routing lets a flow use."""
+        from incastlab.analysis import runview
         from incastlab.jobs.ps_bound import ps_bound
 
-        w, p = runview.workload(a), runview.placed(a)
-        if p is None or a.fabric is None or not p.servers or not p.workers:
+        w, p = runview.workload(analysis, self.Fields), runview.placed(analysis)
+        if p is None or analysis.fabric is None or not p.servers or not p.workers:
             return None
-        w_rates = [runview.host_mbps(a, h) for h in p.workers]
-        s_rates = [runview.host_mbps(a, h) for h in p.servers]
+        w_rates = [runview.host_mbps(analysis, h) for h in p.workers]
+        s_rates = [runview.host_mbps(analysis, h) for h in p.servers]
         if None in w_rates or None in s_rates:
             return None
-        spines = runview.usable_spines(a)
-        leaves = {"worker_leaves": [runview.leaf_of(a, h) for h in p.workers],
-                  "shard_leaves": [runview.leaf_of(a, h) for h in p.servers],
-                  "spines": spines, "fabric_mbps": a.fabric.fabric_bw_mbps} \
-            if spines and a.fabric.fabric_bw_mbps else {}
-        compute = runview.mean_compute_s(a) if w.mode != "sync" else 0.0
-        return ps_bound(len(p.workers), len(p.servers), runview.gradient_bytes(a, w),
+        spines = runview.usable_spines(analysis)
+        leaves = {"worker_leaves": [runview.leaf_of(analysis, h) for h in p.workers],
+                  "shard_leaves": [runview.leaf_of(analysis, h) for h in p.servers],
+                  "spines": spines, "fabric_mbps": analysis.fabric.fabric_bw_mbps} \
+            if spines and analysis.fabric.fabric_bw_mbps else {}
+        compute = runview.mean_compute_s(analysis) if w.mode != "sync" else 0.0
+        return ps_bound(len(p.workers), len(p.servers), runview.gradient_bytes(analysis, w),
                         w_rates, s_rates, mode=w.mode, compute_s=compute,
-                        mtu=runview.mtu(a), **leaves)
+                        mtu=runview.mtu(analysis), **leaves)
 
-    def schedule_s(self, a, bound) -> float:
+    def schedule_s(self, analysis, bound) -> float:
         """A sync PS pushes, then (after the barrier) pulls: its schedule adds
         push_then_pull − the pipelined chain bound (ps_bound) to each
         iteration, whatever the network does."""
-        if bound is None or runview.workload(a).mode != "sync":
+        from incastlab.analysis import runview
+        if bound is None or runview.workload(analysis, self.Fields).mode != "sync":
             return 0.0
         return max(0.0, bound.terms.get("push_then_pull", bound.seconds) - bound.seconds)
 
-    def attribution_rows(self, a):
+    def attribution_rows(self, analysis):
         """Every worker iteration; under sync, backup and SSP each waits on the flows
         of the PS hosts too (the barrier), under async only on its own."""
-        p = runview.placed(a)
-        waits_on = list(p.servers) if p and runview.workload(a).mode != "async" else []
-        return a.tables["iterations"], waits_on
+        from incastlab.analysis import runview
+        p = runview.placed(analysis)
+        mode = runview.workload(analysis, self.Fields).mode
+        waits_on = list(p.servers) if p and mode != "async" else []
+        return analysis.tables["iterations"], waits_on
 
-    def tables(self, a) -> dict:
+    def tables(self, analysis) -> dict:
+        from incastlab.analysis import runview
         from incastlab.analysis import accuracy
         from incastlab.jobs.ps_tables import discarded, staleness
 
-        workers = a.tables["workers_raw"]
+        workers = analysis.tables["workers_raw"]
         curve = accuracy.curve(workers)
         return {"staleness": staleness(workers),
                 "discarded": discarded(workers),
                 "accuracy": curve,
-                "time_to_accuracy": accuracy.reach(curve, runview.workload(a).target_accuracy),
+                "time_to_accuracy": accuracy.reach(
+                    curve, runview.workload(analysis, self.Fields).target_accuracy),
                 "lr_rule": accuracy.lr_rule(workers)}
 
-    def plots(self, a) -> dict:
-        t = a.tables
-        target = runview.workload(a).target_accuracy
+    def plots(self, analysis) -> dict:
+        from incastlab.analysis import plots as plotting
+        from incastlab.analysis import runview
         from incastlab.jobs.ps_figures import staleness_hist
 
+        t = analysis.tables
+        target = runview.workload(analysis, self.Fields).target_accuracy
         return {"staleness": lambda path: staleness_hist(t["staleness"], path),
-                "accuracy": lambda path: rep.plotting.accuracy_curves(
-                    [(runview.workload(a).mode, t["accuracy"])], path, target)}
+                "accuracy": lambda path: plotting.accuracy_curves(
+                    [(runview.workload(analysis, self.Fields).mode, t["accuracy"])], path, target)}
 
-    def sections(self, a, figs) -> list[Section]:
-        return [self._accuracy_section(a, figs)] + self._staleness_sections(a, figs)
+    def sections(self, analysis, figs) -> list[Section]:
+        return [self._accuracy_section(analysis, figs)] + self._staleness_sections(analysis, figs)
 
-    def _accuracy_section(self, a, figs) -> Section:
+    def _accuracy_section(self, analysis, figs) -> Section:
         """The learning-rate rule, and held-out accuracy over time and gradients."""
+        from incastlab.analysis import render, runview
         from incastlab.analysis import accuracy
 
-        w = runview.workload(a)
+        w = runview.workload(analysis, self.Fields)
         title = "Parameter server: learning rate and time to accuracy"
-        rule = accuracy.rule_sentence(a.tables.get("lr_rule") or {})
-        run = accuracy.run_sentence(a.tables.get("accuracy"),
-                                    a.tables.get("time_to_accuracy") or {},
-                                    w.target_source or None, a.tables.get("staleness"))
+        rule = accuracy.rule_sentence(analysis.tables.get("lr_rule") or {})
+        run = accuracy.run_sentence(analysis.tables.get("accuracy"),
+                                    analysis.tables.get("time_to_accuracy") or {},
+                                    w.target_source or None, analysis.tables.get("staleness"))
         if not run:
             run = ("No held-out evaluations in the logs (the PS evaluates only when it "
                    "holds the whole model: shards = 1).")
         text = " ".join(t for t in (rule, run) if t)
-        return Section(title, f"<p>{rep.render.esc(text)}</p>"
-                       + rep.render.img(figs.get("accuracy"), "held-out accuracy"),
+        return Section(title, f"<p>{render.esc(text)}</p>"
+                       + render.img(figs.get("accuracy"), "held-out accuracy"),
                        text + "\n")
 
-    def findings(self, a) -> list[str]:
+    def findings(self, analysis) -> list[str]:
         """Time to the target accuracy, with what the run's rule and staleness were."""
+        from incastlab.analysis import runview
         from incastlab.analysis import accuracy
 
-        run = accuracy.run_sentence(a.tables.get("accuracy"),
-                                    a.tables.get("time_to_accuracy") or {},
-                                    runview.workload(a).target_source or None,
-                                    a.tables.get("staleness"))
+        run = accuracy.run_sentence(analysis.tables.get("accuracy"),
+                                    analysis.tables.get("time_to_accuracy") or {},
+                                    runview.workload(analysis, self.Fields).target_source or None,
+                                    analysis.tables.get("staleness"))
         return [run] if run else []
 
-    def _staleness_sections(self, a, figs) -> list[Section]:
-        stale, disc = a.tables["staleness"], a.tables["discarded"]
+    def _staleness_sections(self, analysis, figs) -> list[Section]:
+        from incastlab.analysis import render
+        stale, disc = analysis.tables["staleness"], analysis.tables["discarded"]
         mean = float(stale.mean()) if len(stale) else None
         disc_html = ("<h3>Late gradients discarded by the PS (backup workers)</h3>"
-                     + rep.render.df_html(disc)) \
+                     + render.df_html(disc)) \
             if len(disc) and disc["discarded"].sum() else ""
         if not len(stale) and not disc_html:
-            return [Section("Parameter server: staleness", *rep.render.none(
+            return [Section("Parameter server: staleness", *render.none(
                 "no staleness values in the worker logs"))]
         return [Section("Parameter server: staleness and discarded gradients",
-                        rep.render.img(figs.get("staleness"), "staleness") + disc_html,
-                        f"staleness mean {rep.render.fmt(mean)}\n"
-                        + (f"\nDiscarded gradients:\n\n{rep.render.df_md(disc)}"
+                        render.img(figs.get("staleness"), "staleness") + disc_html,
+                        f"staleness mean {render.fmt(mean)}\n"
+                        + (f"\nDiscarded gradients:\n\n{render.df_md(disc)}"
                            if disc_html else ""))]
 
     def metrics(self) -> list:

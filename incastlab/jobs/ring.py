@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from incastlab.apps.collectives import ALGORITHMS
 from incastlab.apps.commands import Endpoint, one_rank_per_host
 from incastlab.fields import choice, int_check, num_check, spec_field
-from incastlab.jobs import reporting as rep
-from incastlab.jobs import runview
 from incastlab.topologies import naming
 from incastlab.jobs.base import (
     RENDEZVOUS_PORT,
@@ -91,98 +89,104 @@ class RingJob(Job):
                 for rank, (host, argv) in enumerate(zip(hosts, argvs, strict=True))]
 
     # -- analysis --------------------------------------------------------------------
-    def bound(self, a):
+    def bound(self, analysis):
         """The bound of the run's algorithm (jobs/ring_bound.py: allreduce_bound) over the
         ranks' own link rates and, where the fabric map gives them, their leaves and the
         spines a flow may use. The ring: 2(N−1)/N·M over the slowest rank's link with
         data + ACK framing, and the uplinks of the leaves the ring crosses; gloo's
         all_reduce is held to the ring's bound (the least any algorithm moves)."""
+        from incastlab.analysis import runview
         from incastlab.jobs.ring_bound import allreduce_bound, ring_bound
 
-        w, p = runview.workload(a), runview.placed(a)
-        if p is None or a.fabric is None or len(p.workers) < 2:
+        w, p = runview.workload(analysis, self.Fields), runview.placed(analysis)
+        if p is None or analysis.fabric is None or len(p.workers) < 2:
             return None
-        rates = [runview.host_mbps(a, h) for h in p.workers]
+        rates = [runview.host_mbps(analysis, h) for h in p.workers]
         if None in rates:
             return None
         algorithm = algorithm_of(w)
-        spines = runview.usable_spines(a)
-        leaves = [runview.leaf_of(a, h) for h in p.workers]
+        spines = runview.usable_spines(analysis)
+        leaves = [runview.leaf_of(analysis, h) for h in p.workers]
         fabric = {"leaves": leaves, "spines": spines,
-                  "fabric_mbps": a.fabric.fabric_bw_mbps} \
-            if spines and a.fabric.fabric_bw_mbps else {}
+                  "fabric_mbps": analysis.fabric.fabric_bw_mbps} \
+            if spines and analysis.fabric.fabric_bw_mbps else {}
         if algorithm == "hierarchical":  # its groups need the leaves, fabric or not
             fabric["leaves"] = leaves
-        m = runview.gradient_bytes(a, w)
+        m = runview.gradient_bytes(analysis, w)
 
         def of(nbytes: float):
+            from incastlab.analysis import runview
             if algorithm == "ring":  # the same call as before the other algorithms came
-                return ring_bound(len(p.workers), nbytes, rates, mtu=runview.mtu(a),
+                return ring_bound(len(p.workers), nbytes, rates, mtu=runview.mtu(analysis),
                                   **fabric)
             return allreduce_bound(algorithm, len(p.workers), nbytes, rates,
-                                   slices=_logged_tree_slices(a), mtu=runview.mtu(a),
+                                   slices=_logged_tree_slices(analysis), mtu=runview.mtu(analysis),
                                    **fabric)
 
-        plan = _bucket_plan(a) if emulates_backward(w) else None
+        plan = _bucket_plan(analysis) if emulates_backward(w) else None
         return exposed_bound(of, m, plan) if plan else of(m)
 
-    def attribution_rows(self, a):
+    def attribution_rows(self, analysis):
         """Every rank's iterations; a stalled flow anywhere holds the whole ring."""
-        p = runview.placed(a)
-        return a.tables["iterations"], list(p.workers) if p else []
+        from incastlab.analysis import runview
+        p = runview.placed(analysis)
+        return analysis.tables["iterations"], list(p.workers) if p else []
 
-    def tables(self, a) -> dict:
+    def tables(self, analysis) -> dict:
+        from incastlab.analysis import runview
         from incastlab.jobs.ring_tables import allreduce_vs_bound
 
-        w = runview.workload(a)
-        ring = allreduce_vs_bound(a.tables["workers_raw"], a.fabric)
+        w = runview.workload(analysis, self.Fields)
+        ring = allreduce_vs_bound(analysis.tables["workers_raw"], analysis.fabric)
         if (algorithm_of(w) != "ring" or emulates_backward(w)) and not ring.empty:
             # the unframed 2(N−1)/N·M/B is the flat ring's; other algorithms, and the
             # exposed part of a bucketed all-reduce, get their own
-            bound = self.bound(a)
+            bound = self.bound(analysis)
             ring["bound_s"] = bound.seconds if bound is not None else float("nan")
             ring["ratio"] = ring["allreduce_s"] / ring["bound_s"]
-        return {"ring": ring, "buckets": bucket_table(a.tables["workers_raw"])}
+        return {"ring": ring, "buckets": bucket_table(analysis.tables["workers_raw"])}
 
-    def plots(self, a) -> dict:
+    def plots(self, analysis) -> dict:
         from incastlab.jobs.ring_figures import ring_vs_bound
 
-        return {"ring": lambda path: ring_vs_bound(a.tables["ring"], path)}
+        return {"ring": lambda path: ring_vs_bound(analysis.tables["ring"], path)}
 
-    def sections(self, a, figs) -> list[Section]:
-        ring = a.tables["ring"]
-        algorithm = algorithm_of(runview.workload(a))
+    def sections(self, analysis, figs) -> list[Section]:
+        from incastlab.analysis import costmodel, render, runview
+        ring = analysis.tables["ring"]
+        algorithm = algorithm_of(runview.workload(analysis, self.Fields))
         title = "Ring all-reduce vs bound" if algorithm == "ring" else \
             f"All-reduce ({algorithm}) vs its bound"
         if ring.empty:
-            return [Section(title, *rep.render.none("no all-reduce times in the worker logs"))]
+            return [Section(title, *render.none("no all-reduce times in the worker logs"))]
         bound_s = float(ring["bound_s"].iloc[0])
         mean_s = float(ring["allreduce_s"].mean())
         if algorithm == "ring":
-            mtu = runview.mtu(a)
-            txt = (f"all-reduce mean {rep.render.fmt(mean_s)} s vs 2(N−1)/N·M/B = "
-                   f"{rep.render.fmt(bound_s)} s (ratio {rep.render.fmt(mean_s / bound_s)}; "
+            mtu = runview.mtu(analysis)
+            txt = (f"all-reduce mean {render.fmt(mean_s)} s vs 2(N−1)/N·M/B = "
+                   f"{render.fmt(bound_s)} s (ratio {render.fmt(mean_s / bound_s)}; "
                    f"the framing of {mtu + 14}-byte frames carrying {mtu - 52} payload "
                    "bytes, and the ACKs of the incoming flow on the same link, make about "
-                   f"{rep.costmodel.ack_framing(mtu):.3f} the best possible)")
+                   f"{costmodel.ack_framing(mtu):.3f} the best possible)")
         else:
-            bound = a.tables.get("bound")
-            txt = (f"{algorithm} all-reduce mean {rep.render.fmt(mean_s)} s vs its bound "
-                   f"{rep.render.fmt(bound_s)} s (ratio {rep.render.fmt(mean_s / bound_s)}; "
+            bound = analysis.tables.get("bound")
+            txt = (f"{algorithm} all-reduce mean {render.fmt(mean_s)} s vs its bound "
+                   f"{render.fmt(bound_s)} s (ratio {render.fmt(mean_s / bound_s)}; "
                    "the bound counts the framing, so 1.0 is the best possible)"
                    + (f": {bound.formula}" if bound is not None else ""))
-        return [Section(title, f"<p>{rep.render.esc(txt)}</p>"
-                        + rep.render.img(figs.get("ring"), "ring"), txt + "\n")] \
-            + self._bucket_sections(a)
+        return [Section(title, f"<p>{render.esc(txt)}</p>"
+                        + render.img(figs.get("ring"), "ring"), txt + "\n")] \
+            + self._bucket_sections(analysis)
 
-    def _bucket_sections(self, a) -> list[Section]:
-        b = a.tables.get("buckets")
+    def _bucket_sections(self, analysis) -> list[Section]:
+        from incastlab.analysis import render
+        b = analysis.tables.get("buckets")
         if b is None or b.empty:
             return []
         exposed, total = float(b["exposed_comm_s"].mean()), float(b["comm_total_s"].mean())
         backward = float(b["backward_s"].mean())
-        plan = _bucket_plan(a) or {}
-        fmt = rep.render.fmt
+        plan = _bucket_plan(analysis) or {}
+        fmt = render.fmt
         txt = (f"{int(b['buckets'].iloc[0])} bucket(s) of "
                f"{', '.join(f'{x:,.0f}' for x in plan.get('bucket_bytes', []))} bytes; per "
                f"iteration, mean over ranks: backward {fmt(backward)} s, communication "
@@ -190,7 +194,7 @@ class RingJob(Job):
                f"waited on it after the backward): {fmt(hidden_fraction(b))} of it hidden "
                "behind the backward.")
         return [Section("Gradient buckets: exposed vs total communication",
-                        f"<p>{rep.render.esc(txt)}</p>", txt + "\n")]
+                        f"<p>{render.esc(txt)}</p>", txt + "\n")]
 
     def metrics(self) -> list:
         return list(_metrics())

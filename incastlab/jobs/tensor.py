@@ -15,8 +15,6 @@ import pandas as pd
 
 from incastlab.apps.commands import Endpoint, one_rank_per_host
 from incastlab.fields import int_check, spec_field
-from incastlab.jobs import reporting as rep
-from incastlab.jobs import runview
 from incastlab.jobs.base import (
     RENDEZVOUS_PORT,
     Job,
@@ -73,46 +71,49 @@ class TensorJob(Job):
                 for rank, (host, argv) in enumerate(zip(hosts, argvs, strict=True))]
 
     # -- analysis --------------------------------------------------------------------
-    def _bound(self, a, collectives: int):
+    def _bound(self, analysis, collectives: int):
+        from incastlab.analysis import runview
         from incastlab.jobs.tensor_bound import tensor_bound
 
-        p = runview.placed(a)
-        if p is None or a.fabric is None or len(p.workers) < 2:
+        p = runview.placed(analysis)
+        if p is None or analysis.fabric is None or len(p.workers) < 2:
             return None
-        rates = [runview.host_mbps(a, h) for h in p.workers]
-        starts = a.tables.get("starts")
+        rates = [runview.host_mbps(analysis, h) for h in p.workers]
+        starts = analysis.tables.get("starts")
         if None in rates or not isinstance(starts, pd.DataFrame) \
                 or "message_bytes" not in starts:
             return None
         n = pd.to_numeric(starts["message_bytes"], errors="coerce").dropna()
         if not len(n):
             return None
-        spines = runview.usable_spines(a)
-        fabric = {"leaves": [runview.leaf_of(a, h) for h in p.workers], "spines": spines,
-                  "fabric_mbps": a.fabric.fabric_bw_mbps} \
-            if spines and a.fabric.fabric_bw_mbps else {}
+        spines = runview.usable_spines(analysis)
+        fabric = {"leaves": [runview.leaf_of(analysis, h) for h in p.workers], "spines": spines,
+                  "fabric_mbps": analysis.fabric.fabric_bw_mbps} \
+            if spines and analysis.fabric.fabric_bw_mbps else {}
         return tensor_bound(len(p.workers), float(n.max()), rates, collectives=collectives,
-                            alpha_s=alpha_s(a) or 0.0, mtu=runview.mtu(a), **fabric)
+                            alpha_s=alpha_s(analysis) or 0.0, mtu=runview.mtu(analysis), **fabric)
 
-    def bound(self, a):
+    def bound(self, analysis):
         """All 2·layers all-reduces of a step, one after the other, each at its ring
         α–β bound with the α rank 0 measured (jobs/tensor_bound.py)."""
-        return self._bound(a, 2 * int(runview.workload(a).layers))
+        from incastlab.analysis import runview
+        return self._bound(analysis, 2 * int(runview.workload(analysis, self.Fields).layers))
 
-    def attribution_rows(self, a):
+    def attribution_rows(self, analysis):
         """Every rank's steps; each collective waits for every rank."""
-        p = runview.placed(a)
-        return a.tables["iterations"], list(p.workers) if p else []
+        from incastlab.analysis import runview
+        p = runview.placed(analysis)
+        return analysis.tables["iterations"], list(p.workers) if p else []
 
-    def tables(self, a) -> dict:
-        sp = spans(a.tables.get("workers_raw"), ("allreduce",))
+    def tables(self, analysis) -> dict:
+        sp = spans(analysis.tables.get("workers_raw"), ("allreduce",))
         per_layer = pd.DataFrame(columns=["layer", "direction", "collective_s", "bytes",
                                           "bound_s", "latency_s", "over_bound"])
         if len(sp):
             st = steady(sp)
             g = st.groupby(["layer", "direction"], sort=True).agg(
                 collective_s=("dur_s", "mean"), bytes=("bytes", "max")).reset_index()
-            one = self._bound(a, 1)
+            one = self._bound(analysis, 1)
             g["bound_s"] = one.seconds if one is not None else float("nan")
             # the bound's latency term 2(T−1)α: the part no link rate can shrink
             g["latency_s"] = one.terms["latency"] if one is not None else float("nan")
@@ -120,17 +121,18 @@ class TensorJob(Job):
             per_layer = g
         return {"tensor_collectives": sp, "tensor_layers": per_layer}
 
-    def plots(self, a) -> dict:
-        return {"tensor_layers": lambda path: layers_plot(a.tables["tensor_layers"], path)}
+    def plots(self, analysis) -> dict:
+        return {"tensor_layers": lambda path: layers_plot(analysis.tables["tensor_layers"], path)}
 
-    def sections(self, a, figs) -> list[Section]:
+    def sections(self, analysis, figs) -> list[Section]:
+        from incastlab.analysis import render
         title = "Tensor parallel: per-block collective time vs its α–β bound"
-        t = a.tables["tensor_layers"]
+        t = analysis.tables["tensor_layers"]
         if t.empty:
-            return [Section(title, *rep.render.none("no all-reduce spans in the logs"))]
-        one = self._bound(a, 1)
-        fmt = rep.render.fmt
-        al = alpha_s(a)
+            return [Section(title, *render.none("no all-reduce spans in the logs"))]
+        one = self._bound(analysis, 1)
+        fmt = render.fmt
+        al = alpha_s(analysis)
         txt = (f"mean all-reduce {fmt(float(t['collective_s'].mean()))} s per block and "
                f"direction (steps after the first) against one all-reduce's bound "
                f"{fmt(one.seconds) if one else 'n/a'} s; measured one-way latency α = "
@@ -144,9 +146,9 @@ class TensorJob(Job):
                        if lat > one.seconds - lat else
                        "the bandwidth term dominates at this message size and link rate.")
                     + f" Bound: {one.formula}.")
-        return [Section(title, f"<p>{rep.render.esc(txt)}</p>"
-                        + rep.render.img(figs.get("tensor_layers"), "tensor layers")
-                        + rep.render.df_html(t), txt + "\n\n" + rep.render.df_md(t))]
+        return [Section(title, f"<p>{render.esc(txt)}</p>"
+                        + render.img(figs.get("tensor_layers"), "tensor layers")
+                        + render.df_html(t), txt + "\n\n" + render.df_md(t))]
 
     def metrics(self) -> list:
         from incastlab.analysis.metrics import Metric
@@ -170,9 +172,10 @@ class TensorJob(Job):
 
 def layers_plot(t: pd.DataFrame, path):
     """Bars: each block's forward and backward all-reduce time, the bound as a line."""
+    from incastlab.analysis import plots as plotting
     if t is None or t.empty:
         return None
-    plotting = rep.plotting
+    plotting = plotting
     plt = plotting.plt
     fig, ax = plt.subplots(figsize=(8, 3.2))
     labels = [f"L{int(r.layer)} {r.direction}" for r in t.itertuples(index=False)]

@@ -1,11 +1,12 @@
 """What a job's analysis hooks read of a finished run, in one place.
 
 The hooks (``Job.bound``, ``Job.attribution_rows``, ``Job.tables``, ``Job.sections``)
-get the analysis object of ``incastlab.analysis.report`` (its ``spec`` dict from
-spec.toml, ``manifest``, typed ``fabric`` map and ``tables``). These helpers turn that
-into the typed values a cost model needs: the workload table, where the job's hosts
-sat, the link rates they had and the spines the routing let a flow use. Nothing here
-imports Mininet or os-ken: reports are rebuilt on any laptop.
+get the analysis object of ``analysis/report.py`` (its ``spec`` dict from spec.toml,
+``manifest``, typed ``fabric`` map and ``tables``). These helpers turn that into the
+typed values a cost model needs: the workload table (as the job's own ``Fields`` class,
+which the job hands in), where the job's hosts sat, the link rates they had and the
+spines the routing let a flow use. Nothing here imports the orchestrator, Mininet or
+os-ken: reports are rebuilt on any laptop.
 """
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ import dataclasses
 from dataclasses import dataclass
 
 import pandas as pd
+
+__all__ = ["Placed", "common_field", "gradient_bytes", "host_mbps", "leaf_of",
+           "mean_compute_s", "mtu", "placed", "usable_spines", "workload"]
 
 
 @dataclass(frozen=True)
@@ -24,17 +28,22 @@ class Placed:
     workers: tuple[str, ...]
 
 
-def workload(a):
-    """The run's ``[workload]`` table as the typed object the job declared (fields the
-    spec.toml lacks take their defaults; unknown ones are ignored)."""
-    from incastlab.spec import TABLES
-
-    cls = TABLES["workload"]
+def workload(a, fields: type):
+    """The run's ``[workload]`` table as ``fields``, the typed dataclass the job declared
+    (``Job.Fields``): fields the spec.toml lacks take their defaults; the others (the
+    common ones, other kinds') are ignored."""
     raw = (a.spec or {}).get("workload") or {}
-    names = {f.name for f in dataclasses.fields(cls)}
-    w = cls(**{k: v for k, v in raw.items() if k in names})
-    w.stragglers = list(w.stragglers or [])
+    names = {f.name for f in dataclasses.fields(fields)}
+    w = fields(**{k: v for k, v in raw.items() if k in names})
+    if "stragglers" in names:
+        w.stragglers = list(w.stragglers or [])
     return w
+
+
+def common_field(a, name: str, default=None):
+    """A ``[workload]`` field every kind has (``rto_min_ms``, ``timeout_s``: not in a
+    job's own ``Fields``) as spec.toml gives it, else ``default``."""
+    return ((a.spec or {}).get("workload") or {}).get(name, default)
 
 
 def placed(a) -> Placed | None:
