@@ -8,7 +8,7 @@ walking every module's AST: top-level imports, deferred ones inside functions an
   modules and the controller's policy registry (``controller/registry.py``, which has
   no os-ken import), which tells whose controller a run used.
 - ``apps`` are programs started inside emulated hosts: nothing outside
-  ``incastlab.apps`` but the run-directory contract (``incastlab.topologies.rundir``).
+  ``incastlab.apps`` but the run-directory contract (``incastlab.topologies.runformat``).
 - ``controller`` apps know ``incastlab.controller`` and ``incastlab.topologies`` only.
 - ``topologies`` imports nothing else of incastlab (stock Mininet loads leafspine.py).
 
@@ -35,7 +35,7 @@ RULES = {
     "incastlab.analysis": (("incastlab.analysis", "incastlab.topologies", "incastlab.apps",
                             "incastlab.controller.registry"),
                            ("mininet", "os_ken", "ryu")),
-    "incastlab.apps": (("incastlab.apps", "incastlab.topologies.rundir"), ("mininet",)),
+    "incastlab.apps": (("incastlab.apps", "incastlab.topologies.runformat"), ("mininet",)),
     "incastlab.controller": (("incastlab.controller", "incastlab.topologies"), ("mininet",)),
     "incastlab.topologies": (("incastlab.topologies",), ()),
 }
@@ -173,7 +173,7 @@ def test_the_checker_finds_each_kind_of_violation(tmp_path):
         "analysis/ctl.py": "from incastlab.controller import base\n",
         "apps/__init__.py": "",
         "apps/ok.py": "import torch\nfrom incastlab.apps import common\n"
-                      "from incastlab.topologies.rundir import WORKERS\n",
+                      "from incastlab.topologies.runformat import WORKERS\n",
         "apps/bad.py": "from incastlab.topologies import naming\n",
         "controller/__init__.py": "",
         "controller/ok.py": "from incastlab.topologies.fabricmap import FabricMap\n"
