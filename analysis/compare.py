@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import accuracy, interactive, metrics, plots
+from . import accuracy, compare_plots, interactive, metrics
 from . import interactive_compare as ic
 from . import multijob as mj
 from .confounds import BALANCE_RATIO, Confound, confounds, confounds_html
@@ -337,13 +337,13 @@ def _draw_pngs(table, used, keys, declared, out: Path, jobs=None) -> tuple[list,
             continue
         if x_key:  # e.g. goodput vs senders, one line per value of the other factors
             lines = _line_table(table, used, keys, x_key, metric)
-            p = plots.compare_lines(lines, x_key.rsplit(".", 1)[-1], metric,
+            p = compare_plots.compare_lines(lines, x_key.rsplit(".", 1)[-1], metric,
                                     out / "plots" / f"compare_{metric}_vs_"
                                     f"{x_key.rsplit('.', 1)[-1]}.png", unit)
             if p:
                 figs.append(p)
                 sweeps.append(p)
-        p = plots.compare_bars(table, metric, out / "plots" / f"compare_{metric}.png", unit)
+        p = compare_plots.compare_bars(table, metric, out / "plots" / f"compare_{metric}.png", unit)
         if p:
             figs.append(p)
     return figs, not_drawn, sweeps

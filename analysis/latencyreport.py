@@ -17,7 +17,7 @@ __all__ = ["FIGURE_GROUPS", "SECTION_TITLE", "STAGE", "figure", "from_reduced", 
 # ---------------------------------------------------------------- the report section
 
 def figure(a, path):
-    """The report's CDF figure (plots.latency_cdf) at `path`, or None without samples;
+    """The report's CDF figure (latency_plots.latency_cdf) at `path`, or None without samples;
     a plotting bug is one of the run's problems, not a lost report."""
     path = Path(path)
     if path.exists():
@@ -30,7 +30,7 @@ def figure(a, path):
 
 
 def _figure(a, path):
-    from . import plots
+    from . import latency_plots
 
     lt = a.tables.get("latency") or {}
     rtt, qd, soj = lt.get("rtt"), lt.get("queue_delay"), lt.get("sojourn")
@@ -60,7 +60,7 @@ def _figure(a, path):
                               for f, to in zip(k["flow"], k["to_iface"], strict=True)])
         for who, vg, _ in groups(v, c, k.dropna(subset=["one_way"]), "one_way"):
             s_groups[f"one-way {who}"] = vg
-    return plots.latency_cdf(rtt_groups, q_groups, s_groups, path)
+    return latency_plots.latency_cdf(rtt_groups, q_groups, s_groups, path)
 
 
 SECTION_TITLE = "Latency under load"

@@ -15,13 +15,10 @@ For a gradient of M bytes (default 4 MiB) and N ranks on links of B bit/s:
   2 N x M / B (the barrier serialises push and pull);
 - with `--algos all` (or naming them), our other all-reduce algorithms (recursive
   halving-doubling, the pipelined tree, the leaf-aware hierarchical one), each against
-  its own `incastlab.jobs.ring_bound.allreduce_bound`, framing and fabric counted (2 spines,
-  uplinks at 3 x the host rate, so the host links bind);
-- `alltoall` (with `--algos all` or by name): the MoE pattern, a dispatch all-to-all
-  (gloo's `all_to_all_single`, every rank sending M/N to every other) then the combine
-  back, against `incastlab.jobs.moe_bound.alltoall_bound` (each exchange at its busiest link);
-  `alltoall-pairwise` the same through our pairwise exchange (`apps/alltoall.py`: N-1
-  steps, one flow per host link each way), against the same bound.
+  its own bound (incastlab/jobs/ring_bound.py; 2 spines, uplinks at 3 x the host rate);
+- `alltoall`: the MoE pattern, gloo's `all_to_all_single` dispatch then the combine back,
+  against incastlab/jobs/moe_bound.py's `alltoall_bound` (each exchange at its busiest
+  link); `alltoall-pairwise` the same through apps/alltoall.py's pairwise exchange.
 
 Every result also carries `framed_bound_s`, the framing-corrected bound
 (`analysis.costmodel`: 1514-byte frames per 1448 payload bytes, and the ACKs of the

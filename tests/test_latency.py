@@ -354,19 +354,19 @@ def test_the_cdf_is_drawn_through_exact_points_of_it():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from incastlab.analysis import plots
+    from incastlab.analysis import latency_plots
     rng = np.random.default_rng(7)
     fig, ax = plt.subplots()
     small = rng.exponential(5.0, 300)
-    plots._cdf_line(ax, np.append(small, np.nan))
+    latency_plots.cdf_line(ax, np.append(small, np.nan))
     x, y = ax.lines[-1].get_xdata(), ax.lines[-1].get_ydata()
     assert list(x) == sorted(small) and list(y) == list(np.arange(1, 301) / 300)
     big = rng.exponential(5.0, 50_001)
-    plots._cdf_line(ax, big)
+    latency_plots.cdf_line(ax, big)
     x, y = ax.lines[-1].get_xdata(), ax.lines[-1].get_ydata()
-    assert len(x) <= plots.CDF_POINTS
+    assert len(x) <= latency_plots.CDF_POINTS
     ranks = np.round(y * len(big)).astype(int) - 1
     assert ranks[0] == 0 and ranks[-1] == len(big) - 1
     assert np.array_equal(x, np.sort(big)[ranks])      # every drawn point is exact
-    assert np.diff(ranks).max() <= len(big) // (plots.CDF_POINTS - 1) + 1  # evenly spread
+    assert np.diff(ranks).max() <= len(big) // (latency_plots.CDF_POINTS - 1) + 1  # evenly spread
     plt.close(fig)
