@@ -7,7 +7,7 @@ into seven parts that add up to its measured duration D = t_end − t_start (s):
     compute_s            the logged compute_s (with any injected straggler sleep),
                          clipped to [0, D]
     transfer_at_bound_s  the cost model's lower bound on the communication
-                         (`analysis.costmodel`), as given
+                         (`analysis.alphabeta`), as given
     schedule_s           what the job's own order of sends adds above that bound on any
                          network (a sync PS pushes, then pulls; a pipelined PS could
                          overlap them), as given by the job, capped by the excess left

@@ -9,7 +9,7 @@
    inputs), and whether the captures and the kernel agree on retransmissions.
 
 Only reads an `Analysis` (report.analyse). The cost sentence uses, when present,
-`a.metrics["cost"]` (analysis/jobcost.py: per-iteration means in seconds of
+`a.metrics["cost"]` (analysis/network_cost.py: per-iteration means in seconds of
 measured_s, compute_s, bound_s, schedule_s, rto_stall_s, loss_recovery_s,
 straggler_wait_s, unexplained_s; network_cost_s, network_cost_pct, ratio (communication
 over the bound), iterations, below_bound_iterations; `available` False when the run
@@ -51,7 +51,7 @@ def findings(a) -> list[Finding]:
 
 
 def job_findings(a) -> list[Finding]:
-    from .jobcost import job_of
+    from .network_cost import job_of
 
     job = job_of(a)
     return [Finding("job", t) for t in (job.findings(a) if job is not None else [])]

@@ -21,7 +21,7 @@ def kind_of_mode(mode: str | None, jobs: Mapping | None) -> str | None:
 
 
 def run_kind(mode: str | None, spec: dict | None, jobs: Mapping | None = None) -> str | None:
-    """The job kind of a run, as analysis/jobcost.py finds the run's job: the kind of
+    """The job kind of a run, as analysis/network_cost.py finds the run's job: the kind of
     `jobs` whose apps log `mode` in their start events (what ran), else the spec's
     `workload.kind` (what was asked), else None (unknown)."""
     kind = kind_of_mode(mode, jobs) if mode else None

@@ -16,7 +16,7 @@ CLI leave it out.
 
 Adding metrics. One that every job with a cost model has (the bound, the network's
 cost over it) goes into `HEADLINE` with `kinds=()`, computed from `a.metrics["cost"]`
-(analysis/jobcost.py) and n/a where the job has none. One that only a job kind has is
+(analysis/network_cost.py) and n/a where the job has none. One that only a job kind has is
 returned by that job's `Job.metrics()` (e.g. incastlab/jobs/ring.py's
 `allreduce_over_bound`): they are collected from the job registry the command hands in
 (`job_metrics(jobs)`; the analysis never imports the orchestrator), one that names no
@@ -185,7 +185,7 @@ def _incast_episodes(a):
 
 
 def _cost(key: str):
-    """A number from metrics.json's `cost` (analysis/jobcost.py), None where the run's
+    """A number from metrics.json's `cost` (analysis/network_cost.py), None where the run's
     job has no cost available."""
     def f(a):
         c = a.metrics.get("cost") or {}
@@ -292,10 +292,10 @@ HEADLINE: list[Metric] = [
     Metric("final_loss", "final training loss", "",
            "Training loss (cross-entropy) at the end, mean over workers.",
            _mean_col("finals", "loss"), ("workers",), "no final event in the logs", _ITER),
-    # What the network cost the job: every job with a cost model (analysis/jobcost.py)
+    # What the network cost the job: every job with a cost model (analysis/network_cost.py)
     Metric("bound_s", "bound of one iteration", "s",
            "The least time one iteration's communication can take on this fabric, from "
-           "its bytes, link rates, placement and framing (analysis/costmodel.py).",
+           "its bytes, link rates, placement and framing (analysis/alphabeta.py).",
            _cost("bound_s"), ("workers", "fabric"), _cost_absent, cli=True),
     Metric("comm_over_bound", "communication over its bound", "ratio",
            "(measured iteration time - compute) / the bound, mean over iterations: 1.0 = "

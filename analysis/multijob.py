@@ -182,8 +182,8 @@ def job_records(a) -> list[dict]:
 def job_analysis(a, record: dict):
     """A copy of analysis ``a`` as job ``record`` alone sees the run: the job's table
     as the spec's [workload], its hosts as the placement, its workers' logs and the
-    tables computed from them; then its plugin's cost model (jobcost.analyse_job)."""
-    from . import jobcost, training
+    tables computed from them; then its plugin's cost model (network_cost.analyse_job)."""
+    from . import network_cost, training
 
     import tomllib
 
@@ -211,7 +211,7 @@ def job_analysis(a, record: dict):
                       starts=training.starts(workers))
     for k in ("ring", "discarded"):
         sub.tables.pop(k, None)
-    jobcost.analyse_job(sub)
+    network_cost.analyse_job(sub)
     return sub
 
 

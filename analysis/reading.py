@@ -4,7 +4,7 @@
 as missing), parses the captures once (chunked.py: one capture at a time, the TCP
 analysis a group of connections at a time), and computes the common tables: queues,
 flows, retransmissions, losses, the fabric's balance, incast episodes, the
-reconciliation and the training tables; then the job's cost (jobcost.py) and the run's
+reconciliation and the training tables; then the job's cost (network_cost.py) and the run's
 metrics. The report's stages (stages.py) add theirs on top (`report.analyse`).
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .failover import EVENTS_FILE
 from . import episodes as ep
 from . import flowroles as fr
 from . import inputs as inp
-from . import jobcost
+from . import network_cost
 from . import latency as lat
 from . import metrics as mt
 from . import multijob as mj
@@ -431,7 +431,7 @@ def _run_metrics(a: Analysis, r: _Reading, net: dict, mode) -> dict:
 def read_run(run_dir: Path, rto_threshold_s: float | None = None, cache: bool = True,
              chunk_packets: int = chunked.CHUNK_PACKETS,
              jobs: Mapping | None = None) -> Analysis:
-    """The run's common tables, its job's cost (jobcost.py) and its run-wide metrics
+    """The run's common tables, its job's cost (network_cost.py) and its run-wide metrics
     (see report.analyse for the arguments)."""
     r = _read_files(run_dir, rto_threshold_s)
     store = _read_captures(r, cache)
@@ -447,8 +447,8 @@ def read_run(run_dir: Path, rto_threshold_s: float | None = None, cache: bool = 
     net = _network_tables(r, t)
     tr = _training_tables(r, t, net["queues_d"])
     a = _assemble(r, t, net, tr, store_range, jobs)
-    # the job's own tables, its bound and where each iteration's time went (jobcost.py)
-    r.guard("the job's cost model and attribution", lambda: jobcost.analyse_job(a),
+    # the job's own tables, its bound and where each iteration's time went (network_cost.py)
+    r.guard("the job's cost model and attribution", lambda: network_cost.analyse_job(a),
             lambda: a.metrics.setdefault("cost", {"available": False,
                                                   "reason": "the job's analysis failed"}))
     a.metrics = jsonable(_run_metrics(a, r, net, tr["mode"]))

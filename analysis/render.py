@@ -14,7 +14,7 @@ import pandas as pd
 
 from . import interactive
 from . import flowroles as fr
-from . import jobcost
+from . import network_cost
 from . import plots as plotting
 
 __all__ = ["CSS", "MAX_COLS", "TIME_COLUMNS", "banner", "df_html", "df_md", "esc", "figure",
@@ -23,7 +23,7 @@ __all__ = ["CSS", "MAX_COLS", "TIME_COLUMNS", "banner", "df_html", "df_md", "esc
 
 
 def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
-    """Every common figure (and the job's, jobcost.plots) as plot_dir/<name>.png, and
+    """Every common figure (and the job's, network_cost.plots) as plot_dir/<name>.png, and
     the interactive ones as '<name>_html' fragments; a failed one is a problem."""
     t = a.tables
     qsum = t["queue_summary"]
@@ -49,8 +49,8 @@ def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
         "balance": lambda p: plotting.spine_balance(t["balance"], t["utilisation"], a.t0, p),
         "reconciliation": lambda p: plotting.reconciliation_bars(t["recon"]["totals"], p),
         "loss": lambda p: plotting.loss_curve(t["loss_curve"], a.t0, p),
-        # the job's own figures and the attribution (jobcost.py asks the run's job)
-        **jobcost.plots(a),
+        # the job's own figures and the attribution (network_cost.py asks the run's job)
+        **network_cost.plots(a),
     }
     out = {}
     out.update(_interactive(a, hot, limits, labels))

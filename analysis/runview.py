@@ -66,7 +66,7 @@ def host_mbps(a, host: str) -> float | None:
 def mtu(a) -> int:
     """The MTU (bytes) every interface of the run had, from the fabric map (1500 for a
     map written before the field existed, or without a map): what the bounds' framing
-    uses (analysis.costmodel.framing_factor / ack_framing)."""
+    uses (analysis.alphabeta.framing_factor / ack_framing)."""
     return int(getattr(a.fabric, "mtu", 1500) or 1500) if a.fabric is not None else 1500
 
 

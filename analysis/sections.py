@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 import json
 
-from . import fabricpic, jobcost, metrics
+from . import fabricpic, network_cost, metrics
 from . import flowroles as fr
 from . import render
 from .render import figure, fmt, img, md_img, none, rel, table
@@ -251,9 +251,9 @@ STAGES: list[Stage] = [
           render=_retransmissions),
     Stage("training", ("iterations", "per_worker", "training"), render=_training),
     Stage("loss", ("loss_curve",), render=_loss),
-    # what the network cost the job, then the job's own sections (jobcost.py)
+    # what the network cost the job, then the job's own sections (network_cost.py)
     Stage("cost", ("cost", "attribution"),
-          render=lambda a, figs: [tuple(sec) for sec in jobcost.sections(a, figs)]),
+          render=lambda a, figs: [tuple(sec) for sec in network_cost.sections(a, figs)]),
     Stage("balance", ("balance", "utilisation"), render=_balance),
     Stage("configuration", ("spec.toml", "manifest.json"), render=_configuration),
 ]

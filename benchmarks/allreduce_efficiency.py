@@ -21,7 +21,7 @@ For a gradient of M bytes (default 4 MiB) and N ranks on links of B bit/s:
   link); `alltoall-pairwise` the same through apps/alltoall.py's pairwise exchange.
 
 Every result also carries `framed_bound_s`, the framing-corrected bound
-(`analysis.costmodel`: 1514-byte frames per 1448 payload bytes, and the ACKs of the
+(`analysis.alphabeta`: 1514-byte frames per 1448 payload bytes, and the ACKs of the
 other direction where it carries data too; the ring's and gloo's is `ring_bound`, the
 PS's has none here), and `framed_ratio` = measured / that. The target: every
 algorithm within 10 % of its framing-corrected bound (framed_ratio <= 1.10) at N = 4 and
@@ -175,7 +175,7 @@ class Result:
     bound_s: float
     phase: str = "all"
     cpu: dict | None = None  # the job's CpuMonitor summary (fabric mode), else None
-    framed_bound_s: float | None = None  # analysis.costmodel's bound, framing counted
+    framed_bound_s: float | None = None  # analysis.alphabeta's bound, framing counted
     formula: str = ""  # that bound's formula
     idle_share: float | None = None  # the machine's idle CPU share during the job
 
@@ -221,7 +221,7 @@ def measure(hosts: list[str], bandwidth_mbps: float, launch: Launcher, out: Path
     to run. `leaves[i]`: the leaf of hosts[i] (the hierarchical algorithm's groups and
     the bounds' fabric term), `fabric` = (spines, leaf-spine Mbit/s); default: PER_LEAF
     hosts a leaf and a fabric that does not bind (2 spines at 3 x the host rate).
-    `mtu`: the links' MTU (bytes), which sets the bounds' framing (costmodel).
+    `mtu`: the links' MTU (bytes), which sets the bounds' framing (alphabeta).
     """
     leaves = leaves or [f"lf{i // PER_LEAF + 1}" for i in range(len(hosts))]
     spines, fabric_mbps = fabric or (2, PER_LEAF * bandwidth_mbps)

@@ -5,7 +5,7 @@ algorithm.
 
 - Every algorithm completes and leaves all ranks with bit-identical parameters.
 - Each one's all-reduce takes at least its bound and not far above it (the bound is the
-  framed lower bound, analysis.costmodel; nothing may beat it by more than the timer
+  framed lower bound, analysis.alphabeta; nothing may beat it by more than the timer
   noise).
 - The hierarchical one is faster than the flat ring, as the bounds say (0.90 s vs
   1.42 s per all-reduce of 1 MB): only its leaders' ring crosses the spine.

@@ -264,7 +264,7 @@ def test_cost_sentence_of_the_incast_benchmark_speaks_of_rounds():
 
 
 def test_a_comparison_says_what_the_difference_is_made_of(tmp_path):
-    """Two groups' cost parts (metrics.json's cost, as analysis/jobcost.py writes it) give
+    """Two groups' cost parts (metrics.json's cost, as analysis/network_cost.py writes it) give
     one sentence each and one for the difference, largest part first."""
     from incastlab.analysis.findings import compare_cost
 

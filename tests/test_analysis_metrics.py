@@ -23,7 +23,7 @@ STABLE_KEYS = ["iteration_time_mean_s", "iteration_time_median_s", "iteration_ti
                "kernel_retrans_segs", "rtos", "kernel_timeouts", "goodput_mbps",
                "rounds_with_rto", "throughput_mbps", "incast_episodes", "spine_max_mean",
                "staleness_mean", "final_accuracy", "final_loss",
-               # what the network cost the job (analysis/jobcost.py)
+               # what the network cost the job (analysis/network_cost.py)
                "bound_s", "comm_over_bound", "network_cost_s", "rto_stall_s",
                "loss_recovery_s"]
 
@@ -328,7 +328,7 @@ def test_conflicting_job_declarations_are_refused():
 
 
 def test_run_kind_is_what_ran_else_what_was_asked():
-    # as analysis/jobcost.py picks the run's job: the logged mode's kind first
+    # as analysis/network_cost.py picks the run's job: the logged mode's kind first
     assert metrics.run_kind("gloo", {"workload": {"kind": "ps"}}, JOBS) == "ring"
     assert metrics.run_kind("sync", {}, JOBS) == "ps"
     assert metrics.run_kind(None, {"workload": {"kind": "incast"}}, JOBS) == "incast"

@@ -1,5 +1,5 @@
 """benchmarks/allreduce_efficiency.py with our other all-reduce algorithms, on loopback:
-each runs and is reported against analysis.costmodel's bound of its own (values
+each runs and is reported against analysis.alphabeta's bound of its own (values
 measured, not asserted: loopback is not the rate the bound assumes)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from incastlab.analysis import costmodel
+from incastlab.analysis import alphabeta
 from incastlab.jobs.ring_bound import allreduce_bound
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "allreduce_efficiency.py"
@@ -49,7 +49,7 @@ def test_alltoall_against_its_bound_on_loopback(tmp_path: Path) -> None:
     (r,) = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
     # every rank sends 10,000 B to each of the two others, all on one pretend leaf:
     # dispatch 20,000 B out of (and into) each host, f' (both ways), then the combine
-    want = 2 * 20_000 * costmodel.ack_framing() / (50e6 / 8)
+    want = 2 * 20_000 * alphabeta.ack_framing() / (50e6 / 8)
     assert r["algo"] == "alltoall" and r["framed_bound_s"] == pytest.approx(want)
 
 

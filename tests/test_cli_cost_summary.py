@@ -1,6 +1,6 @@
 """What `incastlab run`, `sweep` and the demo print per run (issue 10: "measured vs bound
 and the network's cost"): common.report_and_summarise on a synthetic ring run whose bound
-is computed by hand, as in tests/test_jobcost.py, without root."""
+is computed by hand, as in tests/test_network_cost.py, without root."""
 import json
 from types import SimpleNamespace
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from incastlab import jobs
-from incastlab.analysis import costmodel
+from incastlab.analysis import alphabeta
 from incastlab.commands.common import analyse
 from incastlab.analysis.synthetic import demo_fabric, make_run_dir
 from incastlab.apps import ring as ring_app
@@ -124,7 +124,7 @@ def test_exposed_bound_by_hand():
     # all-reduce bound of 1 s per MB. The first bucket is ready after 2 layers, 0.6 s
     # before the backward ends: exposed >= max(0.25, 1.0 - 0.6) = 0.4 s
     def of(nbytes):
-        return costmodel.Bound(nbytes / 1e6, f"{nbytes} B")
+        return alphabeta.Bound(nbytes / 1e6, f"{nbytes} B")
 
     plan = {"bucket_bytes": [250_000] * 4, "bucket_layers": [[7, 6], [5, 4], [3, 2], [1, 0]],
             "layers": 8, "layer_compute_s": 0.1}

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from incastlab.analysis import costmodel
+from incastlab.analysis import alphabeta
 from incastlab.jobs.ring_bound import ring_bound
 from incastlab.topologies import fabricmap
 from incastlab.topologies.fabricmap import FabricError, FabricMap
@@ -22,28 +22,28 @@ def test_frame_and_segment_sizes_by_hand():
     assert (fabricmap.frame_bytes(9000), fabricmap.mss_bytes(9000)) == (9014, 8948)
     # the cost model's framing is the same arithmetic (two modules, one answer)
     for mtu in (1280, 1500, 4000, 9000):
-        assert costmodel.segment_payload(mtu) == fabricmap.mss_bytes(mtu)
-        assert costmodel.framing_factor(mtu) == fabricmap.frame_bytes(mtu) / \
+        assert alphabeta.segment_payload(mtu) == fabricmap.mss_bytes(mtu)
+        assert alphabeta.framing_factor(mtu) == fabricmap.frame_bytes(mtu) / \
             fabricmap.mss_bytes(mtu)
 
 
 def test_framing_factors_at_1500_and_9000():
-    assert costmodel.framing_factor(1500) == pytest.approx(1514 / 1448)        # 1.0456
-    assert costmodel.framing_factor(9000) == pytest.approx(9014 / 8948)        # 1.0074
+    assert alphabeta.framing_factor(1500) == pytest.approx(1514 / 1448)        # 1.0456
+    assert alphabeta.framing_factor(9000) == pytest.approx(9014 / 8948)        # 1.0074
     # data + one 66-byte ACK per two segments (delayed ACK) on the same link
-    assert costmodel.ack_framing(1500) == pytest.approx((2 * 1514 + 66) / (2 * 1448))
-    assert costmodel.ack_framing(9000) == pytest.approx((2 * 9014 + 66) / (2 * 8948))
-    assert costmodel.ack_framing(1500) == pytest.approx(1.0684, abs=5e-5)
-    assert costmodel.ack_framing(9000) == pytest.approx(1.01106, abs=5e-5)
+    assert alphabeta.ack_framing(1500) == pytest.approx((2 * 1514 + 66) / (2 * 1448))
+    assert alphabeta.ack_framing(9000) == pytest.approx((2 * 9014 + 66) / (2 * 8948))
+    assert alphabeta.ack_framing(1500) == pytest.approx(1.0684, abs=5e-5)
+    assert alphabeta.ack_framing(9000) == pytest.approx(1.01106, abs=5e-5)
 
 
 def test_a_ring_bound_is_smaller_with_jumbo_frames_by_the_framing_ratio():
     # 4 ranks, 1 MB, 8 Mbit/s: 2(N-1)/N * M * f' / B; only f' changes with the MTU
     small = ring_bound(4, 1e6, 8.0, mtu=1500).seconds
     jumbo = ring_bound(4, 1e6, 8.0, mtu=9000).seconds
-    assert small == pytest.approx(1.5e6 * costmodel.ack_framing(1500) / 1e6)
-    assert jumbo / small == pytest.approx(costmodel.ack_framing(9000)
-                                          / costmodel.ack_framing(1500))
+    assert small == pytest.approx(1.5e6 * alphabeta.ack_framing(1500) / 1e6)
+    assert jumbo / small == pytest.approx(alphabeta.ack_framing(9000)
+                                          / alphabeta.ack_framing(1500))
 
 
 # ---------------------------------------------------------------- topology

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from incastlab.analysis import costmodel as cm
+from incastlab.analysis import alphabeta as cm
 from incastlab.jobs import ps_bound as ps_bounds
 from incastlab.jobs import ring_bound as ring_bounds
 from incastlab.fabric import storm_limit_pps

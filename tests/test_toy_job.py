@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from incastlab import jobs
-from incastlab.analysis import costmodel
+from incastlab.analysis import alphabeta
 from incastlab.analysis import trace as tr
 from incastlab.apps.commands import Endpoint, option_args, rank_args
 from incastlab.apps.local import LocalJob, events, free_port, loopback_argv, read_jsonl
@@ -133,8 +133,8 @@ class ToyJob(Job):
         """All clients' pings into the server's one link at once: N·P·S·f/B."""
         w, rate = analysis["workload"], analysis["server_mbps"]
         n = w.workers * w.pings * w.ping_bytes
-        secs = n * costmodel.framing_factor() / costmodel.bytes_per_s(rate)
-        return costmodel.Bound(secs, f"{costmodel.fmt(n)} B·f/{rate:g} Mbit/s", {"port": secs},
+        secs = n * alphabeta.framing_factor() / alphabeta.bytes_per_s(rate)
+        return alphabeta.Bound(secs, f"{alphabeta.fmt(n)} B·f/{rate:g} Mbit/s", {"port": secs},
                                "server port")
 
 

@@ -114,7 +114,7 @@ class Job:
     # -- analysis: `analysis` is the run's analysis (analysis/report.py) --------------
     def bound(self, analysis) -> Any:
         """The lower bound of one iteration on this run's fabric (an
-        ``analysis.costmodel.Bound``), or None when the job has none."""
+        ``analysis.alphabeta.Bound``), or None when the job has none."""
         return None
 
     def schedule_s(self, analysis, bound) -> float:

@@ -1,10 +1,10 @@
 """The incast benchmark's bound (``kind = "incast"``): the least time of one round,
-written with the cost model's primitives (:mod:`incastlab.analysis.costmodel`)."""
+written with the cost model's primitives (:mod:`incastlab.analysis.alphabeta`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from incastlab.analysis.costmodel import (
+from incastlab.analysis.alphabeta import (
     Bound,
     bytes_per_s,
     check_leaves,

@@ -1,11 +1,11 @@
 """The MoE job's bound (``kind = "moe"``): a step's all-to-alls (dispatch, then combine)
 at their busiest links, written with the cost model's primitives
-(:mod:`incastlab.analysis.costmodel`)."""
+(:mod:`incastlab.analysis.alphabeta`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from incastlab.analysis.costmodel import (
+from incastlab.analysis.alphabeta import (
     Bound,
     check_leaves,
     fmt,

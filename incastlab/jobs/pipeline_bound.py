@@ -1,11 +1,11 @@
 """The pipeline-parallel job's bound (``kind = "pipeline"``): a step's bubble and the
 transfers on its critical path, written with the cost model's primitives
-(:mod:`incastlab.analysis.costmodel`)."""
+(:mod:`incastlab.analysis.alphabeta`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from incastlab.analysis.costmodel import (
+from incastlab.analysis.alphabeta import (
     Bound,
     bytes_per_s,
     check_leaves,

@@ -1,6 +1,6 @@
 """The parameter server's bound (``kind = "ps"``): the least communication time of one
 worker iteration, written with the cost model's primitives
-(:mod:`incastlab.analysis.costmodel`).
+(:mod:`incastlab.analysis.alphabeta`).
 
 The derivation, per consistency mode (the function's docstring gives its inputs):
 
@@ -56,7 +56,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from incastlab.analysis.costmodel import (
+from incastlab.analysis.alphabeta import (
     Bound,
     ack_framing,
     bytes_per_s,
@@ -97,9 +97,9 @@ def ps_bound(workers: int, shards: int, model_bytes: float, host_mbps, ps_mbps=N
     bytes; each shard owns M/k), `host_mbps` = each worker's link (one value, or one per
     worker), `ps_mbps` = each shard host's link (one value or one per shard; default
     `host_mbps`). `worker_leaves`/`shard_leaves` (leaf of each worker/shard, same order)
-    with `spines` and `fabric_mbps` add the fabric term (see analysis.costmodel);
+    with `spines` and `fabric_mbps` add the fabric term (see analysis.alphabeta);
     without them the fabric is not modelled. `alpha_s`: one-way latency of a message (0
-    here: the links have no configured delay). Framing f and f' as in analysis.costmodel.
+    here: the links have no configured delay). Framing f and f' as in analysis.alphabeta.
 
     Bound.terms: sync: shard_port (the chain), worker_link, fabric, latency,
     push_then_pull; async/ssp/backup: worker_link (incl. 2α), shard_port_period,

@@ -152,7 +152,7 @@ class RingJob(Job):
         return {"ring": lambda path: ring_vs_bound(analysis.tables["ring"], path)}
 
     def sections(self, analysis, figs) -> list[Section]:
-        from incastlab.analysis import costmodel, render, runview
+        from incastlab.analysis import alphabeta, render, runview
         ring = analysis.tables["ring"]
         algorithm = algorithm_of(runview.workload(analysis, self.Fields))
         title = "Ring all-reduce vs bound" if algorithm == "ring" else \
@@ -167,7 +167,7 @@ class RingJob(Job):
                    f"{render.fmt(bound_s)} s (ratio {render.fmt(mean_s / bound_s)}; "
                    f"the framing of {mtu + 14}-byte frames carrying {mtu - 52} payload "
                    "bytes, and the ACKs of the incoming flow on the same link, make about "
-                   f"{costmodel.ack_framing(mtu):.3f} the best possible)")
+                   f"{alphabeta.ack_framing(mtu):.3f} the best possible)")
         else:
             bound = analysis.tables.get("bound")
             txt = (f"{algorithm} all-reduce mean {render.fmt(mean_s)} s vs its bound "
@@ -224,7 +224,7 @@ def exposed_bound(of, model_bytes: float, plan: dict):
     ready only when the backward ends. So exposed ≥ max(of(last bucket),
     of(M) − (L − |b_0|)·t_layer, 0): buckets can hide everything but the last bucket
     behind a long enough backward, and nothing of it behind a short one."""
-    from incastlab.analysis.costmodel import Bound
+    from incastlab.analysis.alphabeta import Bound
 
     whole, last = of(model_bytes), of(float(plan["bucket_bytes"][-1]))
     window = (int(plan["layers"]) - len(plan["bucket_layers"][0])) \

@@ -1,13 +1,13 @@
 """The all-reduce job's bounds (``kind = "ring"``): the least time of one all-reduce
 of M bytes over N ranks by each algorithm the app runs (apps/collectives.py: the ring,
 halving-doubling, the binary tree, the leaf-aware hierarchical one), written with the
-cost model's primitives (:mod:`incastlab.analysis.costmodel`). The tensor-parallel job's
+cost model's primitives (:mod:`incastlab.analysis.alphabeta`). The tensor-parallel job's
 bound is a sequence of these rings (jobs/tensor_bound.py)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from incastlab.analysis.costmodel import (
+from incastlab.analysis.alphabeta import (
     Bound,
     ack_framing,
     bytes_per_s,

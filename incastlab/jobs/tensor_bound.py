@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from incastlab.analysis.costmodel import (
+from incastlab.analysis.alphabeta import (
     Bound,
     fmt,
     positive,

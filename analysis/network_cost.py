@@ -10,7 +10,7 @@ is named here:
 - ``job.tables(a)``: its own tables (a ring's all-reduce times, incast rounds, a PS's
   staleness);
 - ``job.bound(a)``: the lower bound of one iteration on this fabric
-  (``analysis.costmodel``), and ``job.schedule_s(a, bound)``: what the job's own
+  (``analysis.alphabeta``), and ``job.schedule_s(a, bound)``: what the job's own
   schedule adds on any network;
 - ``job.attribution_rows(a)``: the rows to split, which ``analysis.attribution`` splits
   into compute, transfer at the bound, the schedule, RTO stalls, loss recovery,

@@ -115,7 +115,7 @@ class FlatJob(Job):
         return Roles(0, w.workers, "ranks")
 
     def bound(self, a):
-        from incastlab.analysis.costmodel import Bound
+        from incastlab.analysis.alphabeta import Bound
         return Bound(1.0, "one second, by decree", {"decree": 1.0}, "decree")
 
     def attribution_rows(self, a):

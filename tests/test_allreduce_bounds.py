@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from incastlab.analysis import costmodel as cm
+from incastlab.analysis import alphabeta as cm
 from incastlab.jobs.moe_bound import alltoall_bound
 from incastlab.jobs.ring_bound import (
     allreduce_bound,

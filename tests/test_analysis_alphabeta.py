@@ -6,7 +6,7 @@ an equal flow the other way).
 """
 import pytest
 
-from incastlab.analysis import costmodel as cm
+from incastlab.analysis import alphabeta as cm
 from incastlab.jobs.incast_bound import incast_bound
 from incastlab.jobs.ps_bound import ps_bound
 from incastlab.jobs.ring_bound import ring_bound
