@@ -313,7 +313,7 @@ def compare_section(runs: list[dict], out_dir) -> tuple[str, list[Path], dict]:
 
     fig = plots.accuracy_curves([(r["group"], r["accuracy"]) for r in runs],
                                 Path(out_dir) / "plots" / "compare_accuracy.png", target)
-    from .render import _df_html, _img
+    from .render import df_html, img
 
     body = ("<h2>Time to accuracy</h2><div class='findings'><ul>"
             + "".join(f"<li>{html.escape(s)}</li>" for s in sentences) + "</ul></div>"
@@ -322,8 +322,8 @@ def compare_section(runs: list[dict], out_dir) -> tuple[str, list[Path], dict]:
               "(right). A target counts as reached at the first evaluation at or above "
               "it. Staleness: model versions between the one a gradient was computed on "
               "and the one it was applied to.</p>"
-            + _img(fig, "accuracy vs time and gradients")
-            + _df_html(table))
+            + img(fig, "accuracy vs time and gradients")
+            + df_html(table))
     summary = {"target": target, "source": source, "findings": sentences,
                "table": table.to_dict(orient="records")}
     return body, [fig] if fig else [], summary

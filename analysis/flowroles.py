@@ -161,10 +161,10 @@ def sequence_data(tcp_df: pd.DataFrame, flows: pd.DataFrame, flow: str) -> dict 
     if row.empty:
         return None
     f = row.iloc[0]
-    fwd, rev = tcp._flow_packets(tcp_df, (f.src, f.dst, f.sport, f.dport), f.sender_iface)
+    fwd, rev = tcp.flow_packets(tcp_df, (f.src, f.dst, f.sport, f.dport), f.sender_iface)
     if (fwd["payload_len"] > 0).sum() == 0:
         return None
-    _base, data, rel, ln, acks, ack_rel = tcp._flow_state(fwd, rev)
+    _base, data, rel, ln, acks, ack_rel = tcp.flow_state(fwd, rev)
     end = rel + ln
     import numpy as np
 

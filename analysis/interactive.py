@@ -38,7 +38,7 @@ def _html(fig, div_id: str) -> str:
                        div_id=div_id, default_width="100%")
 
 
-def _layout(fig, title: str, height: int) -> None:
+def layout(fig, title: str, height: int) -> None:
     fig.update_layout(title={"text": title, "x": 0.01, "font": {"size": 15}}, height=height,
                       margin={"l": 60, "r": 20, "t": 50, "b": 45}, hovermode="closest",
                       template="plotly_white",
@@ -88,7 +88,7 @@ def queues(queues_d: pd.DataFrame, ports: list[str], t0: float, limits: dict | N
             drops_shown = True
         fig.update_yaxes(title_text="packets", rangemode="tozero", row=i, col=1)
     fig.update_xaxes(title_text="time since run start (s)", row=len(ports), col=1)
-    _layout(fig, "Egress queues of the hottest ports (drag to zoom, double-click to reset)",
+    layout(fig, "Egress queues of the hottest ports (drag to zoom, double-click to reset)",
             HEIGHT_PER_PORT * len(ports) + 110)
     return _html(fig, "iplot-queues")
 
@@ -111,7 +111,7 @@ def throughput(series: pd.DataFrame, t0: float, top_n: int = TOP_N) -> str | Non
                                  hovertemplate="%{x:.2f} s: %{y:.1f} Mbit/s<extra>"
                                  + str(flow) + "</extra>"))
     bin_ms = series.attrs.get("bin_s", 0) * 1000
-    _layout(fig, f"Per-flow throughput at the sender ({len(total)} flows; the "
+    layout(fig, f"Per-flow throughput at the sender ({len(total)} flows; the "
             f"{min(top_n, len(total))} largest shown, click the legend for the others)", 460)
     fig.update_xaxes(title_text="time since run start (s)")
     fig.update_yaxes(title_text=f"Mbit/s ({bin_ms:.0f} ms bins)", rangemode="tozero")
@@ -171,7 +171,7 @@ def timeline(iters: pd.DataFrame, t0: float, rto: pd.DataFrame | None = None,
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="RTO fired",
                                      marker={"symbol": "x", "color": "red", "size": 10},
                                      hovertemplate="RTO at %{x:.3f} s<extra></extra>"))
-    _layout(fig, "Iteration timeline (hover an iteration; drag to zoom)",
+    layout(fig, "Iteration timeline (hover an iteration; drag to zoom)",
             140 + 38 * len(ranks))
     fig.update_layout(barmode="overlay", bargap=0.3)
     fig.update_yaxes(autorange="reversed", categoryorder="array",

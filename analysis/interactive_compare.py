@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .interactive import CONFIG, _layout
+from .interactive import CONFIG, layout
 
 DIV_ID = "iplot-compare"
 JITTER = 0.08  # half-width (in group slots) over which a group's points are spread
@@ -148,7 +148,7 @@ def figure(table: pd.DataFrame, points: pd.DataFrame, declared: list,
                         "args": [{"visible": visible},
                                  {"yaxis.title.text": ytitle}]})
     n_per = [int(table[table["group"] == g]["n"].max()) for g in groups]
-    _layout(fig, "Each metric per group: every run a point (hover for its name, click to "
+    layout(fig, "Each metric per group: every run a point (hover for its name, click to "
             "open its report); the group's mean, with its 95 % CI where n ≥ 3", 480)
     fig.update_layout(
         updatemenus=[{"buttons": buttons, "direction": "down", "x": 0.0, "xanchor": "left",

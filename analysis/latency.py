@@ -133,14 +133,14 @@ def _signed32(x: np.ndarray) -> np.ndarray:
 
 def flow_rtt(fwd: pd.DataFrame, rev: pd.DataFrame) -> pd.DataFrame:
     """RTT samples of one flow from its packets at one capture point (`fwd`: the flow's
-    own packets, `rev`: the other direction, each sorted by time; tcp._flow_packets).
+    own packets, `rev`: the other direction, each sorted by time; tcp.flow_packets).
 
     Columns: t (the sampled segment's capture time, s), t_ack (the ACK's), rtt_s, seq
     (relative), len, ip_id (the segment's), sack (the sample came from a SACK edge)."""
     cols = ["t", "t_ack", "rtt_s", "seq", "len", "ip_id", "sack"]
     if (fwd["payload_len"] > 0).sum() == 0:
         return pd.DataFrame(columns=cols)
-    _base, data, rel, ln, acks, ack_rel = tcp._flow_state(fwd, rev)
+    _base, data, rel, ln, acks, ack_rel = tcp.flow_state(fwd, rev)
     t = data["t"].to_numpy()
     ipid = data["ip_id"].to_numpy().astype(np.int64)
     # one transmission captured twice (same seq, length and IP id) counts once
@@ -243,7 +243,7 @@ def rtt_samples(tcp_df: pd.DataFrame, flows: pd.DataFrame | None = None, fabric=
         if fabric is not None and str(f.sender_iface) != _host_intf(fabric, f.src):
             continue  # not captured at its sending host: a part of the path only
         key = (f.src, f.dst, f.sport, f.dport)
-        fwd, rev = tcp._flow_packets(tcp_df, key, f.sender_iface)
+        fwd, rev = tcp.flow_packets(tcp_df, key, f.sender_iface)
         s = flow_rtt(fwd, rev)
         if len(s):
             parts.append(s.assign(flow=f.flow, role=flow_role(f.src, f.dst, fabric, roles),

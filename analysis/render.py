@@ -312,6 +312,3 @@ def none(msg: str) -> tuple[str, str]:
 
 
 esc = html.escape
-# the former private names, still imported by compare.py and accuracy.py (being split by
-# another change) and by tests
-_df_html, _df_md, _img, _rel, _split_columns = df_html, df_md, img, rel, split_columns

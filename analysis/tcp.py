@@ -173,7 +173,6 @@ def flow_state(fwd: pd.DataFrame, rev: pd.DataFrame):
     return base, data, rel, ln, acks, ack_rel
 
 
-_flow_packets, _flow_state = flow_packets, flow_state  # old names: latency.py, flowroles.py
 
 
 def retransmissions(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,

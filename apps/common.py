@@ -245,7 +245,7 @@ def init_gloo(args: argparse.Namespace) -> None:
             world_size=args.world_size, timeout=datetime.timedelta(seconds=args.timeout))
     except Exception as exc:  # the store raises several types; all mean the same to us
         raise PeerError(f"rendezvous at {addr}:{port} failed within {args.timeout:g} s: "
-                        f"{_first_line(exc)}") from exc
+                        f"{first_line(exc)}") from exc
 
 
 def wait(work: Any, timeout: float, what: str) -> None:
@@ -254,7 +254,7 @@ def wait(work: Any, timeout: float, what: str) -> None:
         work.wait(datetime.timedelta(seconds=timeout))
     except Exception as exc:
         raise PeerError(f"{what}: not completed within {timeout:g} s or peer lost "
-                        f"(dead, hung or unreachable): {_first_line(exc)}") from exc
+                        f"(dead, hung or unreachable): {first_line(exc)}") from exc
 
 
 def finish_gloo(timeout: float) -> None:
@@ -269,7 +269,7 @@ def finish_gloo(timeout: float) -> None:
     wait(dist.barrier(async_op=True), timeout, "final barrier")
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     """The error's first line, at most 300 characters (a cut may end on a space: the
     stderr line and the logged message must stay the same text)."""
     text = str(exc).strip().splitlines()
@@ -293,8 +293,8 @@ def run_main(prog: str, log: JsonLog, rank: int, body: Callable[[], None]) -> in
     try:
         body()
     except BaseException as exc:  # noqa: B036 - everything, including KeyboardInterrupt
-        message = _first_line(exc) if isinstance(exc, PeerError) else (
-            f"{type(exc).__name__}: {_first_line(exc)}")
+        message = first_line(exc) if isinstance(exc, PeerError) else (
+            f"{type(exc).__name__}: {first_line(exc)}")
         _fail(prog, log, rank, message, EXIT_RUNTIME_ERROR)
     with _FAIL_LOCK:  # a late signal must not cut the log's last line in half
         log.close()

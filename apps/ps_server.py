@@ -67,7 +67,7 @@ class Server:
         it, e.g. killed): the same lost worker as a wait that failed, so the mode decides
         (a raw RuntimeError here ended even backup and lost sync's reason)."""
         self.events.put((w, None, time.time(), common.PeerError(
-            f"{what}: peer lost (dead or unreachable): {common._first_line(exc)}")))
+            f"{what}: peer lost (dead or unreachable): {common.first_line(exc)}")))
 
     def _wait_recv(self, w: int, work: Any, buf: torch.Tensor) -> None:
         # gloo's own deadline is kept out of the way (GLOO_WAIT_S): a gloo wait that times

@@ -394,7 +394,7 @@ def run_jobs(spec, fab, fmap, run_dir: Path, manifest, progress, deadline: float
             if pj.index not in started and now - t0 >= pj.offset_s:
                 progress.phase(f"job {pj.index} ({pj.kind}) starting "
                                f"({len(pj.launches)} processes)")
-                started[pj.index] = runner._start_workload(fab, pj.launches, pj.log_dir)
+                started[pj.index] = runner.start_workload(fab, pj.launches, pj.log_dir)
                 procs.extend(started[pj.index])
                 record(pj, started_at=wall0 + (time.monotonic() - t0))
         for pj in planned:
@@ -441,7 +441,7 @@ def _progress_text(pj: PlannedJob, entry: JobEntry) -> str:
     from incastlab import runner
 
     job = jobs.JOBS[pj.kind]
-    done = [runner._progress_logged(pj.log_dir / f"{la.rank}.jsonl", job.progress_event)
+    done = [runner.progress_logged(pj.log_dir / f"{la.rank}.jsonl", job.progress_event)
             for la in pj.launches if la.counts_iterations]
     return (f"job {pj.index} ({pj.kind}): {min(done, default=0)}/"
             f"{job.expected_progress(entry.workload)}")

@@ -174,7 +174,7 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
                            f"({len(launches)} processes)")
             with CpuMonitor() as cpu:
                 try:
-                    procs = _start_workload(fab, launches, run_dir / "workers")
+                    procs = start_workload(fab, launches, run_dir / "workers")
                     if spec.events:
                         scheduler = _start_events(spec, fab, fmap, run_dir, launches, procs)
                     truncated = _wait_workload(spec, fab, procs, launches, captures, run_dir,
@@ -249,7 +249,7 @@ def _start_sampler(fab: Fabric, fmap: FabricMap, run_dir: Path, interval_ms: flo
     return proc
 
 
-def _start_workload(fab: Fabric, launches, log_dir: Path) -> list:
+def start_workload(fab: Fabric, launches, log_dir: Path) -> list:
     log_dir.mkdir(parents=True, exist_ok=True)
     procs = []
     for launch in launches:
@@ -273,13 +273,13 @@ def _start_events(spec, fab, fmap, run_dir: Path, launches, procs):
                    for la, p in zip(launches, procs, strict=True)])
     scheduler = run_events.Scheduler(
         spec.events, ctx,
-        progress=lambda: max((_progress_logged(path, job.progress_event)
+        progress=lambda: max((progress_logged(path, job.progress_event)
                               for path in counting), default=0))
     scheduler.start()
     return scheduler
 
 
-def _progress_logged(path: Path, event: str) -> int:
+def progress_logged(path: Path, event: str) -> int:
     """Lines of ``event`` in a JSONL log (the apps write compact JSON: ``"event":"x"``)."""
     marker = f'"event":"{event}"'.encode()
     try:
@@ -334,7 +334,7 @@ def _wait_workload(spec, fab, procs, launches, captures, run_dir, deadline, prog
             progress.phase("disk nearly full: captures stopped")
             captures.clear()
         if time.monotonic() - last_shown >= 1.0:
-            done = {launch.host: _progress_logged(log_dir / f"{launch.rank}.jsonl",
+            done = {launch.host: progress_logged(log_dir / f"{launch.rank}.jsonl",
                                                   job.progress_event)
                     for launch in launches if launch.counts_iterations}
             want = job.expected_progress(spec.workload)

@@ -118,7 +118,7 @@ def test_queue_summary_and_utilisation():
 def test_markdown_tables_say_when_they_are_cut():
     import pandas as pd
 
-    from incastlab.analysis.render import _df_md
+    from incastlab.analysis.render import df_md as _df_md
 
     assert "5 more rows not shown" in _df_md(pd.DataFrame({"a": range(25)}))
     assert "more rows" not in _df_md(pd.DataFrame({"a": range(20)}))

@@ -100,15 +100,15 @@ def test_times_are_seconds_since_start_and_tables_fit(run):
     d, _, paths = run
     it = pd.DataFrame({"rank": [1], "iteration": [0], "t_start": [T0 + 1.5],
                        "t_push": [T0 + 2.0], "push_s": [0.25], "t_small": [3.0]})
-    rel = render._rel(it, T0)
+    rel = render.rel(it, T0)
     assert rel["t_push"].iloc[0] == 2.0 and rel["t_start"].iloc[0] == 1.5
     assert rel["t_small"].iloc[0] == 3.0  # not an epoch time: left alone
     wide = pd.DataFrame({f"c{i}": [i] for i in range(30)})
-    pieces = render._split_columns(wide, keys=2)
+    pieces = render.split_columns(wide, keys=2)
     # 28 columns besides the 2 keys: ceil(28 / 12) = 3 pieces of ceil(28 / 3) = 10 (10, 10, 8)
     assert [len(p.columns) for p in pieces] == [12, 12, 10]
     assert all(list(p.columns[:2]) == ["c0", "c1"] for p in pieces)
-    html_ = render._df_html(wide, keys=2)
+    html_ = render.df_html(wide, keys=2)
     assert html_.count("<table") == 3 and html_.count("class='wide'") == 3
     # every table whole in tables/*.csv and linked from the page and summary.md
     page, summary = paths["report"].read_text(), paths["summary"].read_text()

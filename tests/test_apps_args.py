@@ -114,8 +114,8 @@ def test_log_lines_stay_strict_json_when_training_diverges(tmp_path) -> None:
 def test_an_error_cut_at_300_characters_keeps_no_trailing_space():
     # the stderr line is printed, read and stripped; the logged message must be the same
     # text (tests/test_apps_ps.py compares them), whichever character the cut falls on
-    from incastlab.apps.common import _first_line
+    from incastlab.apps.common import first_line
     exc = RuntimeError("x" * 299 + " tail that goes past the cut\nsecond line")
-    assert _first_line(exc) == "x" * 299
-    assert _first_line(RuntimeError("short \n more")) == "short"
-    assert _first_line(RuntimeError("")) == "RuntimeError"
+    assert first_line(exc) == "x" * 299
+    assert first_line(RuntimeError("short \n more")) == "short"
+    assert first_line(RuntimeError("")) == "RuntimeError"

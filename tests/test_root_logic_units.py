@@ -384,12 +384,12 @@ def test_the_run_hands_the_hosts_tcp_settings_to_the_fabric(tmp_path, monkeypatc
 
 
 def test_progress_counts_compact_json_events(tmp_path):
-    from incastlab.runner import _progress_logged
+    from incastlab.runner import progress_logged
     log = tmp_path / "0.jsonl"
     log.write_text('{"event":"iter","i":0}\n{"event":"iteration","i":1}\n'
                    '{"event": "iter"}\n{"event":"iter","i":2}\n')
-    assert _progress_logged(log, "iter") == 2  # the apps write compact JSON only
-    assert _progress_logged(tmp_path / "missing.jsonl", "iter") == 0
+    assert progress_logged(log, "iter") == 2  # the apps write compact JSON only
+    assert progress_logged(tmp_path / "missing.jsonl", "iter") == 0
 
 
 # ------------------------------------------------------------------ `incastlab run` refusals
