@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from incastlab.topologies import runformat
 
 __all__ = ["ACTIVE_WINDOW_S", "DETECT_HORIZON_S", "DOWN_ACTIONS", "EVENTS_FILE",
            "FAILOVER_FILE", "FLOW_COLUMNS", "SECTION_TITLE", "SUMMARY_COLUMNS", "analyse",
@@ -50,8 +51,8 @@ __all__ = ["ACTIVE_WINDOW_S", "DETECT_HORIZON_S", "DOWN_ACTIONS", "EVENTS_FILE",
 
 ACTIVE_WINDOW_S = 1.0    # a flow "used" the link if it sent over it this long before
 DETECT_HORIZON_S = 5.0   # a port-status this long after an event belongs to it
-EVENTS_FILE = "events.jsonl"
-FAILOVER_FILE = "failover.csv"
+EVENTS_FILE = runformat.EVENTS
+FAILOVER_FILE = runformat.FAILOVER.name
 SECTION_TITLE = "Events and failover"
 DOWN_ACTIONS = {"link_down": "down", "switch_down": "down", "link_up": "up",
                 "switch_up": "up"}

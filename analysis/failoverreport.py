@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .failover import (ACTIVE_WINDOW_S, DOWN_ACTIONS, EVENTS_FILE, SECTION_TITLE, analyse,
-                       metrics, read_event_rows, spine_of_iface)
+from .failover import (ACTIVE_WINDOW_S, DOWN_ACTIONS, EVENTS_FILE, FAILOVER_FILE, SECTION_TITLE,
+                       analyse, metrics, read_event_rows, spine_of_iface)
 from .stages import Stage
 
 __all__ = ["STAGE", "figure", "section", "sections"]
@@ -158,7 +158,7 @@ def sections(a, figs: dict) -> list:
 
 
 # the report's events stage (stages.py): right after the headline numbers
-STAGE = Stage("events", (EVENTS_FILE, "failover.csv", "tcp", "retrans", "iterations"),
+STAGE = Stage("events", (EVENTS_FILE, FAILOVER_FILE, "tcp", "retrans", "iterations"),
               compute=analyse, metrics=lambda t: metrics(t) if t else None, render=sections,
               figures=lambda a, plot_dir: {"events": figure(a, Path(plot_dir) / "events.png")},
               after="headline", what="events and failover")

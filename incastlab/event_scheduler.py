@@ -11,10 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from incastlab.event_spec import Event, EventContext, actions, sort_key
+from incastlab.topologies import runformat
 
 __all__ = ["EVENTS_FILE", "FORMAT_VERSION", "Scheduler", "read_events"]
 
-EVENTS_FILE = "events.jsonl"
+EVENTS_FILE = runformat.EVENTS
 FORMAT_VERSION = 1
 
 

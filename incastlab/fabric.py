@@ -38,6 +38,7 @@ from incastlab import ovs_buffer, subnet_guard
 from incastlab.topologies.fabricmap import FabricMap
 from incastlab.topologies.leafspine import fabric_map
 from incastlab.topologies.links import QueuedLink, QueuedOVSSwitch
+from incastlab.topologies.runformat import CONTROLLER_READY
 
 DEFAULT_CONTROLLER_PORT = 6653
 LOCALHOST = "127.0.0.1"  # our controller listens here only
@@ -232,7 +233,7 @@ class Fabric:
                 "--port", str(self.controller_port), "--fabric",
                 str(self.run_dir / "fabric.json"), "--out", str(self.run_dir),
                 *self.policy_args]
-        (self.run_dir / "controller_ready.json").unlink(missing_ok=True)
+        (self.run_dir / CONTROLLER_READY).unlink(missing_ok=True)
         out = open(self.run_dir / "controller.out", "ab")
         self.controller = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL, start_new_session=True)
@@ -294,7 +295,7 @@ class Fabric:
         advance, so on a fabric with loops a broadcast storm is watched for as well."""
         deadline = time.monotonic() + self.ready_timeout
         want = set(fmap.dpids)
-        ready_file = self.run_dir / "controller_ready.json"
+        ready_file = self.run_dir / CONTROLLER_READY
         step = "switches connecting to the controller"
         storm = self._storm_watch()
         while True:

@@ -34,6 +34,7 @@ from incastlab.preflight import run_preflight
 from incastlab.progress import Progress
 from incastlab.spec import Spec, event_scene, validate
 from incastlab.topologies import naming
+from incastlab.topologies import runformat as rf
 from incastlab.topologies.fabricmap import FabricMap
 
 MIN_FREE_BYTES = 512 * 2**20     # refuse to start captures below this
@@ -141,7 +142,7 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
         _record_fabric(spec, fab, topo, manifest, progress)
         if spec.workload.rto_min_ms is not None:
             _set_rto_min(fab, spec.workload.rto_min_ms)
-        counters.snapshot(fab, run_dir / "counters", "before")
+        counters.snapshot(fab, run_dir / rf.COUNTERS_DIR, "before")
         procs: list = []
         captures: list = []
         sampler = None
@@ -151,7 +152,7 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
             if spec.capture.enabled:
                 _require_disk(run_dir, MIN_FREE_BYTES)
                 progress.phase("captures starting")
-                captures = start_captures(fab, spec.capture_interfaces(), run_dir / "pcap",
+                captures = start_captures(fab, spec.capture_interfaces(), run_dir / rf.PCAP_DIR,
                                           spec.capture.snaplen, spec.run.phase_timeout_s)
             if spec.jobs:  # several jobs on one fabric (incastlab/multijob.py)
                 with CpuMonitor() as cpu:
@@ -164,7 +165,7 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
                     manifest.update(capture_drops=truncated, captures_truncated="disk nearly full")
                 return  # the finally below stops every process and capture
             job = job_for(spec.workload.kind)
-            launches = job.launches(spec, fmap.ip_by_host(), str(run_dir / "workers"))
+            launches = job.launches(spec, fmap.ip_by_host(), str(run_dir / rf.WORKERS_DIR))
             placed = spec.placement()
             manifest.update(placement={"servers": list(placed.servers),
                                        "workers": list(placed.workers)},
@@ -174,7 +175,7 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
                            f"({len(launches)} processes)")
             with CpuMonitor() as cpu:
                 try:
-                    procs = start_workload(fab, launches, run_dir / "workers")
+                    procs = start_workload(fab, launches, run_dir / rf.WORKERS_DIR)
                     if spec.events:
                         scheduler = _start_events(spec, fab, fmap, run_dir, launches, procs)
                     truncated = _wait_workload(spec, fab, procs, launches, captures, run_dir,
@@ -221,11 +222,11 @@ def _stop_workload(fab: Fabric, run_dir: Path, manifest: Manifest, scheduler, pr
             i for i, s in stats.items() if s.get("dropped_by_kernel")))
     if sampler is not None:
         _stop_all([sampler])
-        meta = run_dir / "queues.csv.meta.json"
+        meta = run_dir / rf.QUEUES_META
         if meta.exists():
             manifest.update(queue_sampler=json.loads(meta.read_text()))
     if fab.net is not None:
-        counters.snapshot(fab, run_dir / "counters", "after")
+        counters.snapshot(fab, run_dir / rf.COUNTERS_DIR, "after")
 
 
 def _set_rto_min(fab: Fabric, rto_min_ms: float) -> None:
@@ -242,7 +243,7 @@ def _set_rto_min(fab: Fabric, rto_min_ms: float) -> None:
 def _start_sampler(fab: Fabric, fmap: FabricMap, run_dir: Path, interval_ms: float):
     argv = [sys.executable, "-m", "incastlab.capture.queues", "--ifaces",
             ",".join(fmap.switch_egress_ifaces()), "--interval-ms", f"{interval_ms:g}",
-            "--out", str(run_dir / "queues.csv")]
+            "--out", str(run_dir / rf.QUEUES.name)]
     # switch ports live in the root namespace, so the sampler runs there too
     proc = subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL)
     fab.state.add_process(proc.pid, "queue sampler")
@@ -264,7 +265,7 @@ def _start_events(spec, fab, fmap, run_dir: Path, launches, procs):
     """The [[events]] scheduler, t = 0 now (the workload's processes just started).
     Progress for at_iteration: the most steps any counting process has logged."""
     job = job_for(spec.workload.kind)
-    counting = [run_dir / "workers" / f"{la.rank}.jsonl" for la in launches
+    counting = [run_dir / rf.WORKERS_DIR / rf.worker_log(la.rank) for la in launches
                 if la.counts_iterations]
     ctx = run_events.EventContext(
         fabric=fab, net=fab.net, fmap=fmap, run_dir=run_dir, spec=spec,
@@ -293,7 +294,7 @@ def _wait_workload(spec, fab, procs, launches, captures, run_dir, deadline, prog
                    cpu, scheduler=None) -> dict:
     """Wait for the workload; raise RunFailed on a failed process, a dead controller or
     the run's deadline. Returns the capture stats if captures had to stop early."""
-    log_dir = run_dir / "workers"
+    log_dir = run_dir / rf.WORKERS_DIR
     last_shown = 0.0
     truncated: dict = {}
     steady = False
