@@ -295,7 +295,8 @@ HEADLINE: list[Metric] = [
     # What the network cost the job: every job with a cost model (analysis/network_cost.py)
     Metric("bound_s", "bound of one iteration", "s",
            "The least time one iteration's communication can take on this fabric, from "
-           "its bytes, link rates, placement and framing (analysis/alphabeta.py).",
+           "its bytes, link rates, placement and framing (the job's own bound, "
+           "incastlab/jobs/<kind>_bound.py).",
            _cost("bound_s"), ("workers", "fabric"), _cost_absent, cli=True),
     Metric("comm_over_bound", "communication over its bound", "ratio",
            "(measured iteration time - compute) / the bound, mean over iterations: 1.0 = "
