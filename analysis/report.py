@@ -21,6 +21,7 @@ from . import chunked
 from . import findings as fnd
 from . import interactive
 from . import metrics as mt
+from . import network_cost
 from . import render, stages
 from . import trace as tr
 from .reading import (Analysis, guard, jsonable, read_run, received_at_host,
@@ -92,11 +93,14 @@ def _na_problems(readings, missing: dict) -> list[str]:
 
 
 def _write_trace(a: Analysis, path: Path) -> Path | None:
-    """trace.json for Perfetto (analysis/trace.py); a failure is a problem, not fatal."""
+    """trace.json for Perfetto (analysis/trace.py), with the events the run's job declares
+    (``Job.trace_spans``); a failure is a problem, not fatal."""
     try:
+        spans = getattr(network_cost.job_of(a), "trace_spans", ())
         trace = tr.build_trace(a.tables["workers_raw"], a.tables["queues_d"],
                                a.tables["retrans"], t0=a.t0,
-                               host_ips=a.fabric.ip_by_host() if a.fabric else {})
+                               host_ips=a.fabric.ip_by_host() if a.fabric else {},
+                               spans=spans)
         return tr.write_trace(path, trace)
     except Exception as exc:  # noqa: BLE001
         a.problems.append(f"trace.json could not be written ({type(exc).__name__}: {exc})")

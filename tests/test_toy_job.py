@@ -6,6 +6,7 @@ like the built-in apps, and its bound is written with the cost model's primitive
 other source file names it (the point of a job kind being one vertical slice)."""
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,9 @@ from incastlab import jobs
 from incastlab.analysis import alphabeta
 from incastlab.analysis import trace as tr
 from incastlab.apps.commands import Endpoint, option_args, rank_args
+from incastlab.analysis.synthetic import make_run_dir
 from incastlab.apps.local import LocalJob, events, free_port, loopback_argv, read_jsonl
+from incastlab.commands.common import build_report
 from incastlab.fields import int_check, spec_field
 from incastlab.jobs.base import RENDEZVOUS_PORT, Job, Launch, Roles, endpoints
 from incastlab.spec import SpecError, load_spec, schema_rows
@@ -198,6 +201,12 @@ def test_the_toy_job_runs_on_loopback_and_its_logs_feed_the_trace(toy, tmp_path)
     assert len(pings) == 10 and all(e["args"]["bytes"] == 3000 for e in pings)
     assert not [e for e in tr.build_trace(workers)["traceEvents"]
                 if e["name"].startswith("ping ")]
+    # and the report's trace.json draws them for a run of this kind, through the registry
+    run = make_run_dir(tmp_path / "run", workers={r: logs[r] for r in logs},
+                       spec_text=f'name = "toy"\n[workload]\nkind = "{KIND}"\n')
+    build_report(run)
+    drawn = json.loads((run / "trace.json").read_text())["traceEvents"]
+    assert len([e for e in drawn if e["name"].startswith("ping ")]) == 10
 
 
 def test_the_toy_jobs_bound_is_written_with_the_cost_model(toy):
