@@ -23,7 +23,7 @@ from incastlab.jobs.ring import RingJob
 from incastlab.jobs.tensor import TensorJob
 
 __all__ = ["JOBS", "Job", "Launch", "Roles", "Section", "Straggler", "job_for",
-           "kind_of_mode", "register", "unregister"]
+           "register", "unregister"]
 
 JOBS: dict[str, Job] = {
     "ps": PsJob(),
@@ -56,12 +56,6 @@ def unregister(kind: str) -> None:
     JOBS.pop(kind)
     for listener in _listeners:
         listener()
-
-
-def kind_of_mode(mode: str | None) -> str | None:
-    """The job kind whose apps log ``mode`` in their start events (for a run directory
-    without spec.toml), or None."""
-    return next((kind for kind, job in JOBS.items() if mode in job.logged_modes), None)
 
 
 def job_for(kind: str) -> Job:
