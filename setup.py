@@ -50,6 +50,10 @@ setup(
         "dev": ["pytest>=7.4", "ruff>=0.4", "dpkt>=1.9",
                 # coverage of the unit and root tiers (docs/testing.md)
                 "pytest-cov>=5",
+                # property-based tests of the spec validator (fixed seed in the unit tier)
+                "hypothesis>=6.90",
+                # the unit tier on both cores (-n auto)
+                "pytest-xdist>=3.5",
                 # mutation testing, benchmarks/mutation_score.py (not in CI: slow).
                 # mutmut 3 mutates a copy (mutants/), never the working tree.
                 "mutmut>=3.3,<4"],
