@@ -25,13 +25,13 @@ import pandas as pd
 
 from .metrics import INPUTS
 
-__all__ = ["BELOW_BOUND_S", "COST_PARTS", "ROLE_NOUNS", "Finding", "attribution",
-           "compare_cost", "cost", "findings", "group_costs", "job_findings", "losses",
+__all__ = ["BELOW_BOUND_S", "COST_PARTS", "Finding", "attribution",
+           "compare_cost", "cost", "duration", "findings", "group_costs", "job_findings", "losses",
            "texts", "trust", "worst_queue"]
 
-# the roles the apps log in their start events, as a reader calls them
-ROLE_NOUNS = {"server": "the parameter server", "client": "the incast receiver",
-              "worker": "a worker", "ring": "a ring rank", "incast-server": "an incast sender"}
+# a role the apps log in their start events, as a reader calls it, where no job kind
+# names it otherwise (Job.role_nouns)
+WORKER_NOUN = {"worker": "a worker"}
 # a network cost below this (s) is "faster than the bound", as attribution.py says it
 BELOW_BOUND_S = -5e-4
 
@@ -64,14 +64,14 @@ def texts(a) -> list[str]:
 
 # --- formatting --------------------------------------------------------------------
 
-def _s(v) -> str:
+def duration(v) -> str:
     """A duration, 3 significant digits: seconds, or milliseconds below 0.1 s."""
     return f"{v * 1000:.3g} ms" if v and abs(v) < 0.1 else f"{v:.3g} s"
 
 
 def _longer(d) -> str:
     """'0.2 s longer' / '0.2 s less' for a difference of means (s)."""
-    return f"{_s(abs(d))} {'longer' if d >= 0 else 'less'}"
+    return f"{duration(abs(d))} {'longer' if d >= 0 else 'less'}"
 
 
 def _n(v) -> str:
@@ -114,7 +114,7 @@ def worst_queue(a) -> Finding:
     iface = str(top["iface"])
     where = iface
     if isinstance(top.get("peer"), str) and isinstance(top.get("switch"), str):
-        role = ROLE_NOUNS.get(_host_roles(a).get(top["peer"], ""))
+        role = role_nouns(a).get(_host_roles(a).get(top["peer"], ""))
         where += f" ({top['switch']} → {top['peer']}" + (f", {role}'s link)" if role else ")")
     peak = float(top["max_backlog_pkts"])
     limit = _num(top.get("limit_pkts"))
@@ -123,7 +123,7 @@ def worst_queue(a) -> Finding:
     when = ""
     if len(g):
         t_peak = float(g.loc[g["backlog_pkts"].astype(float).idxmax(), "t"]) - a.t0
-        when = f" {_s(t_peak)} after the start"
+        when = f" {duration(t_peak)} after the start"
     limit_bytes = _num(top.get("limit_bytes"))
     if limit_bytes:  # a byte limit (topology.queue_bytes): its unit first, packets beside
         peak_bytes = float(top["max_backlog_bytes"])
@@ -139,7 +139,7 @@ def worst_queue(a) -> Finding:
     if drops:
         first = g.loc[g["d_drops"] > 0, "t"] if len(g) and "d_drops" in g else pd.Series()
         text += (f", and tc counted {_plural(drops, 'drop')} there"
-                 + (f" (the first by {_s(float(first.min()) - a.t0)})" if len(first) else ""))
+                 + (f" (the first by {duration(float(first.min()) - a.t0)})" if len(first) else ""))
     else:
         text += ", and no switch queue dropped a packet"
     eps = a.tables.get("episodes")
@@ -227,11 +227,13 @@ def cost(a) -> Finding:
         return Finding("cost", "Several jobs shared the fabric: " + "; ".join(
             _job_cost(j) for j in a.metrics["jobs"]) + ".")
     imp = a.metrics.get("training") or {}
-    rb = a.metrics.get("ring") or {}
-    rounds = a.tables.get("rounds")
+    from .network_cost import job_of
+
+    job = job_of(a)
+    own = job.cost_clause(a) if job is not None else None
     if imp.get("iterations"):
-        text = (f"An iteration took {_s(imp['mean_s'])} on average (95th percentile "
-                f"{_s(imp['p95_s'])})")
+        text = (f"An iteration took {duration(imp['mean_s'])} on average (95th percentile "
+                f"{duration(imp['p95_s'])})")
         w, wo = imp.get("with_rto") or {}, imp.get("without_rto") or {}
         wl, cl = imp.get("with_loss") or {}, imp.get("clean") or {}
         if w.get("n") and w.get("extra_s_vs_no_rto") is not None:
@@ -246,20 +248,19 @@ def cost(a) -> Finding:
             text += "; without captures or queue samples its losses are unknown"
         else:
             text += "; no iteration met a loss or an RTO"
-        if rb.get("ratio_mean") is not None:
-            text += (f"; the all-reduce took {rb['ratio_mean']:.3g}× its bound of "
-                     f"{_s(rb['bound_s'])}")
-        return Finding("cost", text + ".")
-    if rounds is not None and len(rounds):
-        g = pd.to_numeric(rounds["goodput_mbps"], errors="coerce").mean()
-        with_rto = (a.metrics.get("headline") or {}).get("rounds_with_rto")
-        text = (f"The incast client received {g:.3g} Mbit/s on average over "
-                f"{_plural(len(rounds), 'round')}")
-        text += (f"; {_n(with_rto)} of them had an RTO" if with_rto is not None
-                 else "; without captures, RTOs per round are unknown")
-        return Finding("cost", text + ".")
+        return Finding("cost", text + (f"; {own}" if own else "") + ".")
+    if own:
+        return Finding("cost", own[0].upper() + own[1:] + ".")
     why = a.missing.get("workers", "no iteration or round events in the worker logs")
     return Finding("cost", f"What the network cost the training is unknown: {why}.")
+
+
+def role_nouns(a) -> dict[str, str]:
+    """{logged role: what a reader calls it} from every job kind of the registry."""
+    nouns = dict(WORKER_NOUN)
+    for job in (getattr(a, "jobs", None) or {}).values():
+        nouns.update(getattr(job, "role_nouns", {}))
+    return nouns
 
 
 def _job_cost(j: dict) -> str:
@@ -268,9 +269,9 @@ def _job_cost(j: dict) -> str:
     text = f"job {j.get('job')} ({j.get('kind')})"
     if j.get("iteration_mean_s") is None:
         return text + ": no iterations logged"
-    text += f" {_s(j['iteration_mean_s'])} an iteration"
+    text += f" {duration(j['iteration_mean_s'])} an iteration"
     if j.get("ratio") is not None and j.get("bound_s"):
-        text += f", {j['ratio']:.3g}× its bound of {_s(j['bound_s'])}"
+        text += f", {j['ratio']:.3g}× its bound of {duration(j['bound_s'])}"
     worst = max(j.get("ports") or [], key=lambda p: p.get("lost") or 0, default=None)
     if worst and worst.get("lost"):
         text += f"; most of its losses at {worst['port']} ({_n(worst['lost'])})"
@@ -288,21 +289,22 @@ def _cost_sentence(c: dict, jobs=None) -> str:
     """From the attribution's run summary: where the mean iteration's time went."""
     measured, compute = _num(c.get("measured_s")), _num(c.get("compute_s")) or 0.0
     bound, per = _num(c.get("bound_s")), _step_noun(c.get("kind"), jobs)
-    text = f"{'An' if per[0] in 'aeiou' else 'A'} {per} took {_s(measured)} on average"
+    text = f"{'An' if per[0] in 'aeiou' else 'A'} {per} took {duration(measured)} on average"
     comm = measured - compute
-    text += f": {_s(compute)} of compute and {_s(comm)} of communication," if compute else ","
+    text += (f": {duration(compute)} of compute and {duration(comm)} of communication,"
+             if compute else ",")
     ratio = _num(c.get("ratio")) or (comm / bound if bound else None)
     if bound and ratio is not None:
-        text += f" {ratio:.3g}× {'its' if compute else 'the'} bound of {_s(bound)}"
+        text += f" {ratio:.3g}× {'its' if compute else 'the'} bound of {duration(bound)}"
     cost_s, pct = _num(c.get("network_cost_s")), _num(c.get("network_cost_pct"))
     if cost_s is not None:
         share = f" ({abs(pct):.2g} %)" if pct is not None else ""
         if cost_s < BELOW_BOUND_S:
-            text += (f"; it ran {_s(-cost_s)}{share} faster than the bound allows, so the "
+            text += (f"; it ran {duration(-cost_s)}{share} faster than the bound allows, so the "
                      "bound's assumptions did not hold")
         else:
-            text += f"; the network cost {_s(cost_s)}{share} over the bound"
-            causes = [f"{name} {_s(c[k])}" for k, name in (
+            text += f"; the network cost {duration(cost_s)}{share} over the bound"
+            causes = [f"{name} {duration(c[k])}" for k, name in (
                 ("rto_stall_s", "RTO stalls"), ("loss_recovery_s", "loss recovery"),
                 ("unexplained_s", "unexplained")) if _num(c.get(k)) is not None]
             if causes:
@@ -310,7 +312,7 @@ def _cost_sentence(c: dict, jobs=None) -> str:
     for key, what in (("schedule_s", "the job's own schedule added"),
                       ("straggler_wait_s", "waiting for stragglers took")):
         if (_num(c.get(key)) or 0) >= -BELOW_BOUND_S:
-            text += f"; {what} {_s(c[key])}"
+            text += f"; {what} {duration(c[key])}"
     nb, n = c.get("below_bound_iterations") or 0, c.get("iterations")
     if nb and cost_s is not None and cost_s >= BELOW_BOUND_S:
         text += f" ({_n(nb)} of {_n(n)} {per}s ran faster than the bound)"
@@ -414,18 +416,19 @@ def compare_cost(runs: list[dict]) -> list[str]:
     costs = group_costs(runs)
     out = []
     for g, c in costs.items():
-        out.append(f"{g}: an iteration took {_s(c['measured_s'])} = {_s(c['compute_s'])} "
-                   f"compute + {_s(c['transfer_at_bound_s'])} at the bound + "
-                   f"{_s(c['schedule_s'])} the job's own schedule + "
-                   f"{_s(c['straggler_wait_s'])} waiting for stragglers + "
-                   f"{_s(c['network_cost_s'])} the network's cost over the bound "
-                   f"(RTO stalls {_s(c['rto_stall_s'])}); mean of {_n(c['n'])} run(s).")
+        out.append(f"{g}: an iteration took {duration(c['measured_s'])} = "
+                   f"{duration(c['compute_s'])} "
+                   f"compute + {duration(c['transfer_at_bound_s'])} at the bound + "
+                   f"{duration(c['schedule_s'])} the job's own schedule + "
+                   f"{duration(c['straggler_wait_s'])} waiting for stragglers + "
+                   f"{duration(c['network_cost_s'])} the network's cost over the bound "
+                   f"(RTO stalls {duration(c['rto_stall_s'])}); mean of {_n(c['n'])} run(s).")
     if len(costs) == 2:
         (ga, a), (gb, b) = sorted(costs.items(), key=lambda kv: -kv[1]["measured_s"])
         diff = a["measured_s"] - b["measured_s"]
         parts = sorted(((a[k] - b[k], k) for k in COST_PARTS), key=lambda x: -abs(x[0]))
-        made = ", ".join(f"{_PART_WORDS[k]} {'+' if d >= 0 else '−'}{_s(abs(d))}"
+        made = ", ".join(f"{_PART_WORDS[k]} {'+' if d >= 0 else '−'}{duration(abs(d))}"
                          for d, k in parts if abs(d) >= 5e-4)
-        out.append(f"{ga} took {_s(diff)} longer per iteration than {gb}"
+        out.append(f"{ga} took {duration(diff)} longer per iteration than {gb}"
                    + (f": {made}." if made else "."))
     return out

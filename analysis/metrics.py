@@ -41,8 +41,8 @@ from .jobkind import logs_iterations, run_kind  # noqa: F401 - run_kind: metrics
 
 __all__ = ["COUNT_UNITS", "HEADLINE", "INPUTS", "LATENCY", "TRAINING", "Metric", "Reading",
            "aggregate_mbps", "all_metrics", "by_name", "compared", "count", "evaluate",
-           "for_cli", "from_json", "headline", "job_metrics", "metrics_for",
-           "not_available", "plotted", "register", "rounds_with_rto", "run_kind", "shown",
+           "for_cli", "from_json", "headline", "job_metrics", "mean_of",
+           "metrics_for", "not_available", "plotted", "register", "run_kind", "shown",
            "significant", "unregister"]
 
 # Analysis.missing keys -> the run-directory inputs they stand for (shown in the report)
@@ -88,6 +88,9 @@ class Metric:
     plot: bool = False
     compare: bool = True
     floor: bool = False  # a count: from an input truncated at t, a lower bound (inputs.py)
+    # a job's metric shown right after this built-in one (metrics.json's key order is what
+    # users' scripts and compare read, so a metric that moved into its job keeps its place)
+    after: str | None = None
 
     def applies(self, kind: str | None, jobs: Mapping | None = None) -> bool:
         """Whether a run of job `kind` measures this metric (unknown kind: yes).
@@ -142,7 +145,9 @@ def _kernel(name: str):
     return lambda a: ((a.metrics.get("reconciliation") or {}).get("kernel") or {}).get(name)
 
 
-def _mean_col(table: str, col: str):
+def mean_of(table: str, col: str):
+    """A metric's compute: the mean of `col` in the Analysis table `table` (None where
+    the table or its numbers are missing)."""
     def f(a):
         t = a.tables.get(table)
         if t is None or not len(t) or col not in t:
@@ -159,24 +164,6 @@ def aggregate_mbps(fsum: pd.DataFrame) -> float | None:
         return None
     span = float(fsum["last_data"].max() - fsum["start"].min())
     return float(fsum["bytes"].sum()) * 8 / span / 1e6 if span > 0 else None
-
-
-def rounds_with_rto(rounds: pd.DataFrame, retrans: pd.DataFrame | None) -> int | None:
-    """Incast rounds during which an RTO fired (None without rounds or captures)."""
-    if rounds is None or rounds.empty or retrans is None:
-        return None
-    rto = retrans.loc[retrans["event"].astype(bool) & (retrans["kind"] == "rto"), "t"] \
-        if len(retrans) else pd.Series(dtype=float)
-    t0 = pd.to_numeric(rounds["t_start"], errors="coerce").to_numpy()
-    t1 = pd.to_numeric(rounds["t_end"], errors="coerce").to_numpy()
-    r = rto.to_numpy()
-    return int(sum(((r >= s) & (r <= e)).any() for s, e in zip(t0, t1, strict=True)))
-
-
-def _rounds_with_rto(a):
-    return rounds_with_rto(a.tables.get("rounds"), a.tables.get("retrans")
-                           if _get(a, "reconciliation", "capture_retrans") is not None
-                           else None)
 
 
 def _incast_episodes(a):
@@ -224,7 +211,7 @@ HEADLINE: list[Metric] = [
     Metric("step_time_mean_s", "mean synchronous step time", "s",
            "From the first worker starting iteration i to the last one finishing it, "
            "mean over iterations: a straggler's delay counts for everybody.",
-           _mean_col("steps", "step_s"), ("workers",),
+           mean_of("steps", "step_s"), ("workers",),
            "no iteration events in the worker logs", _ITER),
     Metric("tc_drops", "queue drops (tc)", "packets",
            "Packets a full switch egress queue refused, as Linux's qdisc counted them "
@@ -255,15 +242,6 @@ HEADLINE: list[Metric] = [
     Metric("kernel_timeouts", "retransmission timeouts (kernel)", "firings",
            "RTO timer firings the hosts' kernels counted (TCPTimeouts from nstat).",
            _kernel("TcpExtTCPTimeouts"), ("counters",)),
-    Metric("goodput_mbps", "incast goodput", "Mbit/s",
-           "Incast benchmark: bytes the client received per round over the round's "
-           "duration, mean over rounds.",
-           _mean_col("rounds", "goodput_mbps"), ("workers",),
-           "no incast rounds in the worker logs", ("incast",), cli=True, plot=True),
-    Metric("rounds_with_rto", "incast rounds with an RTO", "rounds",
-           "Incast rounds during which at least one retransmission timeout fired.",
-           _rounds_with_rto, ("workers", "pcap", "flows"),
-           "no incast rounds in the worker logs", ("incast",)),
     Metric("throughput_mbps", "aggregate throughput", "Mbit/s",
            "All flows' payload bytes (retransmissions not counted again) over the time "
            "from the first flow's start to the last data packet.",
@@ -278,20 +256,14 @@ HEADLINE: list[Metric] = [
            "one direction only makes at least 2.",
            lambda a: _get(a, "balance", "max_mean_all"), ("fabric", "queues"),
            _balance_note),
-    Metric("staleness_mean", "mean gradient staleness", "versions",
-           "Parameter server: how many model versions old a gradient was when it was "
-           "applied (0 in synchronous training).",
-           lambda a: (float(a.tables["staleness"].mean())
-                      if len(a.tables.get("staleness", ())) else None), ("workers",),
-           "no staleness values in the logs", ("ps",)),
     Metric("final_accuracy", "final held-out accuracy", "fraction",
            "Share of held-out samples the trained model classifies correctly at the end, "
            "mean over workers.",
-           _mean_col("finals", "accuracy"), ("workers",), "no final event in the logs",
+           mean_of("finals", "accuracy"), ("workers",), "no final event in the logs",
            _ITER, cli=True),
     Metric("final_loss", "final training loss", "",
            "Training loss (cross-entropy) at the end, mean over workers.",
-           _mean_col("finals", "loss"), ("workers",), "no final event in the logs", _ITER),
+           mean_of("finals", "loss"), ("workers",), "no final event in the logs", _ITER),
     # What the network cost the job: every job with a cost model (analysis/network_cost.py)
     Metric("bound_s", "bound of one iteration", "s",
            "The least time one iteration's communication can take on this fabric, from "
@@ -366,7 +338,15 @@ def all_metrics(jobs: Mapping | None = None) -> list[Metric]:
     """Every declared metric: the built-in lists (HEADLINE, LATENCY), then those
     registered here, then each job kind's of `jobs` (the registry the command hands
     in; None: none), in that order."""
-    return HEADLINE + LATENCY + _REGISTERED + job_metrics(jobs)
+    ordered = HEADLINE + LATENCY + _REGISTERED
+    placed: dict[str, list[Metric]] = {}
+    rest = []
+    for m in job_metrics(jobs):
+        if m.after in {b.name for b in ordered}:
+            placed.setdefault(m.after, []).append(m)
+        else:
+            rest.append(m)
+    return [x for m in ordered for x in (m, *placed.get(m.name, ()))] + rest
 
 
 def job_metrics(jobs: Mapping | None) -> list[Metric]:

@@ -209,7 +209,7 @@ def job_analysis(a, record: dict):
                       per_worker=training.per_worker(iters, steps),
                       loss_curve=training.loss_curve(workers), finals=training.finals(workers),
                       starts=training.starts(workers))
-    for k in ("ring", "discarded"):
+    for k in getattr(a, "job_tables", ()):  # the whole run's job's, not this job's
         sub.tables.pop(k, None)
     network_cost.analyse_job(sub)
     return sub

@@ -47,8 +47,10 @@ def job_of(a):
     ``workload.kind`` (what was asked); None when neither is known or no registry was
     handed in."""
     jobs = getattr(a, "jobs", None) or {}
+    workers = a.tables.get("workers_raw")
     kind = run_kind((a.metrics.get("run") or {}).get("mode")
-                    or training.run_mode(a.tables.get("workers_raw")), a.spec, jobs)
+                    or (training.run_mode(workers) if workers is not None else None),
+                    a.spec, jobs)
     return jobs.get(kind) if isinstance(kind, str) else None
 
 
@@ -63,7 +65,9 @@ def analyse_job(a) -> None:
                              if getattr(a, "jobs", None) else "no job kinds were handed to "
                              "the analysis (analyse(run_dir, jobs=...)): generic sections only"}
         return
-    a.tables.update(job.tables(a))
+    own = job.tables(a)
+    a.tables.update(own)
+    a.job_tables = tuple(own)
     bound = job.bound(a)
     a.tables["bound"] = bound
     if bound is None:

@@ -57,6 +57,8 @@ class Analysis:
     # the job registry the command handed in (kind -> Job: incastlab.jobs.JOBS); empty:
     # the generic sections only (the analysis never imports the orchestrator)
     jobs: Mapping = field(default_factory=dict)
+    # the names of the tables the run's job added (Job.tables; network_cost.analyse_job)
+    job_tables: tuple[str, ...] = ()
     # what the one pass over the captures reduced for a stage's compute (stages.py):
     # latency's RTT and sojourn samples, each port's bytes per job
     captured: dict = field(default_factory=dict)
@@ -398,9 +400,10 @@ def _assemble(r: _Reading, t: dict, net: dict, tr: dict, store_range, jobs) -> A
 
 def _run_metrics(a: Analysis, r: _Reading, net: dict, mode) -> dict:
     """metrics.json's run-wide part (the stages and the declared metrics add the rest)."""
-    ring = a.tables.get("ring", pd.DataFrame(columns=["bound_s", "allreduce_s", "ratio"]))
-    dropped = a.tables.get("discarded", pd.DataFrame(columns=["rank", "discarded"]))
     m = a.manifest
+    blocks: dict = {}  # every kind's own blocks, whatever ran: every file holds every key
+    for job in (a.jobs or {}).values():
+        blocks.update(job.summary_blocks(a))
     return {
         "run": {"dir": str(a.run_dir), "status": a.status, "reason": a.reason,
                 "complete": a.status == "complete", "mode": mode,
@@ -416,11 +419,8 @@ def _run_metrics(a: Analysis, r: _Reading, net: dict, mode) -> dict:
         "reconciliation": net["recon"]["numbers"],
         "training": training.impact_summary(a.tables["iterations"]),
         "workers": a.tables["per_worker"].to_dict(orient="records"),
-        "discarded_gradients": int(dropped["discarded"].sum()) if len(dropped) else None,
+        **blocks,
         "balance": net["balance_summary"],
-        "ring": {"bound_s": float(ring["bound_s"].iloc[0]) if len(ring) else None,
-                 "allreduce_mean_s": float(ring["allreduce_s"].mean()) if len(ring) else None,
-                 "ratio_mean": float(ring["ratio"].mean()) if len(ring) else None},
         "cost": a.metrics.get("cost"),
         "flows": int(len(a.tables["flows"])), "captures": a.tables["pcaps"],
         "missing": a.missing, "problems": a.problems,

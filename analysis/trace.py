@@ -22,11 +22,10 @@ What is in it (pids are numbered from 1; docs/run-directory.md has the same list
       "comm") after the compute, for comm_s.
   A child is clipped to its parent's span (the logged pieces are measured separately
   and can overhang by microseconds).
-- other logged events, as `LOGGED` declares them (a job adds its own through
-  `build_trace(spans=...)`, e.g. from its `Job.trace_spans`): a `round` is a complete
-  event "round N" (cat "round") from t_start to t_end, a `served` one "serve round N"
-  (cat "comm") from t_request to t_sent, and an `update` an instant event ("ph": "i")
-  "update", all on thread 1.
+- the job's own logged events, as its `Job.trace_spans` declare them (passed as
+  `build_trace(spans=...)`; analysis/trace_events.py): a `LoggedSpan` is a complete event
+  from one logged field to another, a `LoggedInstant` an instant event ("ph": "i") at
+  the row's `t`, both on thread 1 (an incast client's rounds, a PS's updates).
 - spans: every `span` event an app logs (name, cat, t, dur_s and any other fields as
   args) is a complete event on thread 3 "spans" of its rank's process (a stage's
   forward/backward of each micro-batch, a block's all-reduce). Apps log them in their
@@ -48,9 +47,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -58,6 +56,7 @@ import pandas as pd
 from . import training
 from .pcap import ip_to_str
 from .queues import queue_deltas
+from .trace_events import LoggedInstant, LoggedSpan
 
 ITER_TID, TCP_TID, SPAN_TID = 1, 2, 3
 SPAN_FIELDS = ("event", "file", "name", "cat", "t", "dur_s")  # not repeated in args
@@ -214,40 +213,7 @@ def _iteration_events(tr: _Trace, pid: int, g: pd.DataFrame) -> None:
             tr.span(pid, ITER_TID, "comm", "comm", after, r.comm_s, within=parent)
 
 
-class LoggedSpan(NamedTuple):
-    """How a logged event becomes a complete event on thread 1 of its rank's process:
-    named `label(row)`, in category `cat`, from field `start` to field `end` (epoch s),
-    with the fields `args` (None where a row lacks one)."""
-
-    event: str
-    label: Callable[[Any], str]
-    cat: str
-    start: str
-    end: str
-    args: tuple[str, ...]
-
-
-class LoggedInstant(NamedTuple):
-    """How a logged event becomes an instant event at its field `t` on thread 1."""
-
-    event: str
-    label: str
-    cat: str
-    args: tuple[str, ...]
-
-
-# The logged events drawn besides iterations and spans (module docstring), in the order
-# they are added (events starting at the same µs keep it).
-LOGGED: tuple[LoggedSpan | LoggedInstant, ...] = (
-    LoggedSpan("round", lambda r: f"round {int(r.round)}", "round", "t_start", "t_end",
-               ("round", "senders", "block_bytes", "bytes", "goodput_mbps")),
-    LoggedSpan("served", lambda r: f"serve round {int(r.round)}", "comm", "t_request",
-               "t_sent", ("round", "bytes")),
-    LoggedInstant("update", "update", "update",
-                  ("version", "from_ranks", "staleness", "discarded")),
-)
-
-
+# The logged events of the job kinds are theirs (`Job.trace_spans`), declared with these.
 def build_trace(workers: pd.DataFrame, queues: pd.DataFrame | None = None,
                 retrans: pd.DataFrame | None = None, *, t0: float | None = None,
                 host_ips: dict[str, str] | None = None,
@@ -256,7 +222,7 @@ def build_trace(workers: pd.DataFrame, queues: pd.DataFrame | None = None,
 
     workers: all worker events, as `rundir.load_workers` returns them (columns `event`,
       `file` and the logged fields; `start` events name the processes, `iteration`,
-      `span` and the `LOGGED` events become events).
+      `span` and the `spans` events become events).
     queues: queues.csv rows (t, iface, backlog_pkts, drops; `switch` optional, else the
       part of iface before '-eth'); None = no switch tracks.
     retrans: `tcp.retransmissions`' retrans table (flow, src, dst, t, gap_s, seq, kind,
@@ -264,7 +230,7 @@ def build_trace(workers: pd.DataFrame, queues: pd.DataFrame | None = None,
     t0: epoch seconds of ts 0 (the manifest's start); default, or if any event is
       earlier, the earliest time in the inputs, so that no ts is negative.
     host_ips: {host name: dotted IP} (fabric.json), to put an RTO on its sender's track.
-    spans: more logged events to draw, after `LOGGED` (a job's own `trace_spans`).
+    spans: the job's logged events to draw (its `trace_spans`).
     """
     workers = workers if workers is not None else pd.DataFrame({"event": []})
     if "event" not in workers:
@@ -279,7 +245,7 @@ def build_trace(workers: pd.DataFrame, queues: pd.DataFrame | None = None,
     tr = _Trace(float(min(t0, earliest) if t0 is not None else earliest))
     pids = _rank_processes(tr, workers)
     if len(workers):
-        _worker_events(tr, workers, pids.of_file, (*LOGGED, *spans))
+        _worker_events(tr, workers, pids.of_file, spans)
     if rto is not None and len(rto):
         _rto_events(tr, rto, host_ips or {}, pids)
     if queues is not None and len(queues):

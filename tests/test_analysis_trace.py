@@ -8,6 +8,9 @@ import pytest
 
 from incastlab.analysis import trace as tr
 from incastlab.analysis.pcap import ip_to_int
+from incastlab.jobs import JOBS
+
+PS_EVENTS = JOBS["ps"].trace_spans  # the PS's updates, declared by its job
 
 T0 = 1000.0
 
@@ -76,7 +79,7 @@ def _procs(events):
 def test_ps_trace_is_valid_json_and_matches_the_iterations(tmp_path):
     workers = _ps_workers()
     t = _roundtrip(tmp_path, tr.build_trace(workers, _queues(), _retrans(), t0=T0 - 1.0,
-                                            host_ips=HOSTS))
+                                            host_ips=HOSTS, spans=PS_EVENTS))
     assert t["displayTimeUnit"] == "ms"
     assert t["otherData"]["t0_epoch_s"] == T0 - 1.0
     ev = t["traceEvents"]
@@ -187,7 +190,8 @@ def test_ring_and_incast_events(tmp_path):
              "goodput_mbps": 0.02},
             {"event": "served", "file": "1", "round": 0, "t_request": T0 + 0.1,
              "t_sent": T0 + 0.2, "bytes": 1000}]
-    t = _roundtrip(tmp_path, tr.build_trace(pd.DataFrame(rows), t0=T0))
+    t = _roundtrip(tmp_path, tr.build_trace(pd.DataFrame(rows), t0=T0,
+                                            spans=JOBS["incast"].trace_spans))
     xs = [(e["name"], e["cat"], e["ts"], e["dur"]) for e in t["traceEvents"]
           if e["ph"] == "X"]
     assert xs == [("round 0", "round", pytest.approx(1e5), pytest.approx(4e5)),

@@ -132,6 +132,16 @@ class ToyJob(Job):
         return [Launch(h, argv, rank, "toy-server" if rank == 0 else "toy-client", rank > 0)
                 for rank, (h, argv) in enumerate(zip(hosts, argvs, strict=True))]
 
+    def summary_blocks(self, analysis):
+        """Its own metrics.json block: pings the clients logged."""
+        w = analysis.tables.get("workers_raw")
+        return {"toy_pings": int((w["event"] == self.progress_event).sum())
+                if w is not None and len(w) else None}
+
+    def cost_clause(self, analysis):
+        n = analysis.metrics.get("toy_pings")
+        return f"the toy clients sent {n} pings" if n else None
+
     def bound(self, analysis):
         """All clients' pings into the server's one link at once: N·P·S·f/B."""
         w, rate = analysis["workload"], analysis["server_mbps"]
@@ -204,9 +214,12 @@ def test_the_toy_job_runs_on_loopback_and_its_logs_feed_the_trace(toy, tmp_path)
     # and the report's trace.json draws them for a run of this kind, through the registry
     run = make_run_dir(tmp_path / "run", workers={r: logs[r] for r in logs},
                        spec_text=f'name = "toy"\n[workload]\nkind = "{KIND}"\n')
-    build_report(run)
+    paths = build_report(run)
     drawn = json.loads((run / "trace.json").read_text())["traceEvents"]
     assert len([e for e in drawn if e["name"].startswith("ping ")]) == 10
+    # its metrics.json block and its sentence in the findings (no bound here: no fabric)
+    assert json.loads(paths["metrics"].read_text())["toy_pings"] == 10
+    assert "The toy clients sent 10 pings." in (run / "summary.md").read_text()
 
 
 def test_the_toy_jobs_bound_is_written_with_the_cost_model(toy):

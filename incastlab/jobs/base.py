@@ -13,7 +13,10 @@ in one place, everything that differs from one kind to another:
   arguments; the apps stay standalone programs);
 - how its progress is counted (``progress_event``, ``expected_progress()``);
 - its cost model (``bound()``: the lower bound of one iteration on the fabric it ran
-  on) and what it adds to the analysis (``tables()``, ``sections()``, ``metrics()``).
+  on) and what it adds to the analysis: ``tables()``, ``sections()``, ``plots()``,
+  ``metrics()`` (headline numbers), ``findings()`` and ``cost_clause()`` (sentences),
+  ``summary_blocks()`` (metrics.json blocks), ``trace_spans`` (its logged events in
+  trace.json) and ``role_nouns`` (what the report calls its hosts).
 
 The orchestrator (spec, runner) and the analysis loop over the registry in
 :mod:`incastlab.jobs`; none of them branches on a kind's name. Adding a job is its
@@ -81,6 +84,9 @@ class Job:
     # Logged events of its own for the Perfetto trace, beyond those analysis.trace.LOGGED
     # draws (analysis.trace.LoggedSpan / LoggedInstant; passed as build_trace(spans=...)).
     trace_spans: ClassVar[tuple] = ()
+    # The roles its apps log in their start events, as a reader calls them ("server":
+    # "the parameter server"); the findings name a peer host by them.
+    role_nouns: ClassVar[Mapping[str, str]] = {}
 
     # -- spec ------------------------------------------------------------------------
     def roles(self, w) -> Roles:
@@ -150,6 +156,19 @@ class Job:
     def metrics(self) -> list:
         """Job-specific headline metrics (``analysis.metrics.Metric`` declarations)."""
         return []
+
+    def summary_blocks(self, analysis) -> dict:
+        """Blocks the kind adds to metrics.json beside the headline (e.g. a ring's
+        ``ring`` block). Asked of every kind in the registry, whatever ran, so that every
+        metrics.json holds every key (None where this kind did not run)."""
+        return {}
+
+    def cost_clause(self, analysis) -> str | None:
+        """A clause on what the run cost, in the job's own terms, for the findings when
+        the attribution is not available (e.g. "the all-reduce took 1.2× its bound of
+        0.53 s"); appended to the iteration times, or the whole sentence when the job
+        logs none. None: nothing to add."""
+        return None
 
 
 # --- parts the training jobs share ------------------------------------------------------

@@ -17,3 +17,15 @@ def incast_rounds(workers: pd.DataFrame) -> pd.DataFrame:
         if c not in r:
             r = r.assign(**{c: np.nan})
     return r[cols].reset_index(drop=True)
+
+
+def rounds_with_rto(rounds: pd.DataFrame | None, retrans: pd.DataFrame | None) -> int | None:
+    """Incast rounds during which an RTO fired (None without rounds or captures)."""
+    if rounds is None or rounds.empty or retrans is None:
+        return None
+    rto = retrans.loc[retrans["event"].astype(bool) & (retrans["kind"] == "rto"), "t"] \
+        if len(retrans) else pd.Series(dtype=float)
+    t0 = pd.to_numeric(rounds["t_start"], errors="coerce").to_numpy()
+    t1 = pd.to_numeric(rounds["t_end"], errors="coerce").to_numpy()
+    r = rto.to_numpy()
+    return int(sum(((r >= s) & (r <= e)).any() for s, e in zip(t0, t1, strict=True)))

@@ -9,6 +9,7 @@ import functools
 import sys
 from dataclasses import dataclass
 
+from incastlab.analysis.trace_events import LoggedInstant
 from incastlab.apps.commands import Endpoint, option_args, rank_args
 from incastlab.fields import choice, int_check, num_check, optional, pattern, spec_field
 from incastlab.jobs.base import (
@@ -74,6 +75,9 @@ class PsJob(Job):
     host_count_fields = ("workers", "shards")
     logged_modes = ("sync", "async", "ssp", "backup")
     Fields = PsFields
+    role_nouns = {"server": "the parameter server"}
+    trace_spans = (LoggedInstant("update", "update", "update",
+                                 ("version", "from_ranks", "staleness", "discarded")),)
 
     def roles(self, w) -> Roles:
         return Roles(w.shards, w.workers, "workers", "PS host" if w.shards == 1 else "PS hosts")
@@ -254,6 +258,13 @@ class PsJob(Job):
     def metrics(self) -> list:
         return list(_metrics())
 
+    def summary_blocks(self, analysis) -> dict:
+        """metrics.json `discarded_gradients`: gradients a backup-mode PS dropped (None
+        where the run logged no update that says)."""
+        dropped = analysis.tables.get("discarded")
+        return {"discarded_gradients": int(dropped["discarded"].sum())
+                if dropped is not None and len(dropped) else None}
+
 
 @functools.cache
 def _metrics() -> tuple:
@@ -278,7 +289,16 @@ def _metrics() -> tuple:
     def rate(a):
         return (a.tables.get("lr_rule") or {}).get("rate_mean")
 
+    def staleness_mean(a):
+        st = a.tables.get("staleness")
+        return float(st.mean()) if st is not None and len(st) else None
+
     return (
+        Metric("staleness_mean", "mean gradient staleness", "versions",
+               "Parameter server: how many model versions old a gradient was when it was "
+               "applied (0 in synchronous training).",
+               staleness_mean, ("workers",), "no staleness values in the logs",
+               after="spine_max_mean"),
         Metric("time_to_target_s", "time to the target accuracy", "s",
                "Seconds from the start of training (the PS's first evaluation) to the "
                "first held-out evaluation at or above workload.target_accuracy.",

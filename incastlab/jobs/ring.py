@@ -60,6 +60,7 @@ class RingJob(Job):
                "gloo's; optionally bucketed behind an emulated backward")
     logged_modes = ("ring", "gloo")
     Fields = RingFields
+    role_nouns = {"ring": "a ring rank"}
 
     def roles(self, w) -> Roles:
         return Roles(0, w.workers, "ring ranks")
@@ -198,6 +199,25 @@ class RingJob(Job):
 
     def metrics(self) -> list:
         return list(_metrics())
+
+    def summary_blocks(self, analysis) -> dict:
+        """metrics.json `ring`: the all-reduce's bound, its mean time and their ratio
+        (None where no all-reduce was logged)."""
+        ring = analysis.tables.get("ring")
+        there = ring is not None and len(ring) > 0
+        return {"ring": {
+            "bound_s": float(ring["bound_s"].iloc[0]) if there else None,
+            "allreduce_mean_s": float(ring["allreduce_s"].mean()) if there else None,
+            "ratio_mean": float(ring["ratio"].mean()) if there else None}}
+
+    def cost_clause(self, analysis) -> str | None:
+        from incastlab.analysis.findings import duration
+
+        rb = analysis.metrics.get("ring") or {}
+        if rb.get("ratio_mean") is None:
+            return None
+        return (f"the all-reduce took {rb['ratio_mean']:.3g}× its bound of "
+                f"{duration(rb['bound_s'])}")
 
 
 def emulates_backward(w) -> bool:
