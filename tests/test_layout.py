@@ -210,3 +210,39 @@ def test_the_checker_finds_each_kind_of_violation(tmp_path):
 ])
 def test_relative_imports_resolve(importer, module, level, is_package, want):
     assert _resolve(importer, is_package, module, level) == want
+
+
+# The analysis reads any job through the hooks it is handed: no string in it is a job
+# kind's name. One exception: the episodes table's `incast` column, the phenomenon (two or
+# more senders into one full queue), which every kind's run can show.
+PHENOMENA = {("episodes.py", "incast"), ("findings.py", "incast"), ("metrics.py", "incast")}
+
+
+def kind_names_in(folder: Path, kinds: set[str]) -> list[tuple[str, int, str]]:
+    """(file, line, kind) for every string constant, docstrings aside, that is a kind."""
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                  ast.AsyncFunctionDef))
+                and n.body and isinstance(n.body[0], ast.Expr)
+                and isinstance(n.body[0].value, ast.Constant)}
+        found += [(path.name, n.lineno, n.value) for n in ast.walk(tree)
+                  if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                  and n.value in kinds and id(n) not in docs]
+    return found
+
+
+def test_no_analysis_module_names_a_job_kind():
+    from incastlab.jobs import JOBS
+
+    named = [f for f in kind_names_in(ROOT / "analysis", set(JOBS))
+             if (f[0], f[2]) not in PHENOMENA]
+    assert named == []
+
+
+def test_the_kind_name_check_finds_one(tmp_path):
+    (tmp_path / "a.py").write_text('"""ps in a docstring is fine."""\n'
+                                   'def f(k):\n    return k == "ring"\n')
+    assert kind_names_in(tmp_path, {"ps", "ring"}) == [("a.py", 3, "ring")]
