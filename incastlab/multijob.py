@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -46,7 +45,8 @@ from typing import Any
 from incastlab import jobs
 from incastlab.fields import did_you_mean, is_num
 from incastlab import spec as specmod
-from incastlab.spec import Placement, Spec, SpecError
+from incastlab.spec import Spec, SpecError
+from incastlab.topologies.placement import place_jobs
 from incastlab.topologies import naming
 
 MAX_JOBS = 3
@@ -190,40 +190,10 @@ def host_counts(entries) -> list[tuple[int, int]]:
 
 
 def place(entries, shape: tuple[int, int]):
-    """Each job's :class:`incastlab.spec.Placement` on a fabric of ``shape`` (leaves,
-    hosts per leaf), and the problems (too few hosts: what each job needs)."""
-    leaves, per_leaf = shape
-    counts = host_counts(entries)
-    need = [s + w for s, w in counts]
-    placement = entries[0].placement if entries else "packed"
-    if placement == "interleaved":
-        order = [(leaf, k) for k in range(1, per_leaf + 1) for leaf in range(1, leaves + 1)]
-        groups, start = [], 0
-        for n in need:
-            groups.append(order[start:start + n])
-            start += n
-        short = sum(need) > len(order)
-        have = f"{len(order)} ({leaves} leaves x {per_leaf} hosts)"
-    else:
-        groups, leaf = [], 1
-        for n in need:
-            span = math.ceil(n / per_leaf)
-            slots = [(lf, k) for lf in range(leaf, leaf + span) for k in range(1, per_leaf + 1)]
-            groups.append(slots[:n])
-            leaf += span
-        short = leaf - 1 > leaves
-        have = (f"{leaves} leaves of {per_leaf} hosts, and packed jobs need "
-                f"{leaf - 1} leaves (each job on its own)")
-    if short:
-        each = ", ".join(f"jobs[{i}] ({e.kind}) needs {n}" for i, (e, n)
-                         in enumerate(zip(entries, need, strict=True)))
-        return None, [f"jobs: the jobs need {sum(need)} hosts ({each}), but the fabric has "
-                      f"{have}"]
-    out = []
-    for (servers, _), slots in zip(counts, groups, strict=True):
-        names = [naming.host_name(lf, k, per_leaf) for lf, k in slots]
-        out.append(Placement(tuple(names[:servers]), tuple(names[servers:])))
-    return out, []
+    """Each job's placement on a fabric of ``shape`` (leaves, hosts per leaf), and the
+    problems (too few hosts: what each job needs); topologies/placement.py places them."""
+    packing = entries[0].placement if entries else "packed"
+    return place_jobs(host_counts(entries), [e.kind for e in entries], shape, packing)
 
 
 def placements(spec) -> list:

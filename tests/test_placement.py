@@ -14,6 +14,7 @@ from incastlab.topologies.placement import (
     fabric_shape,
     interfaces,
     place,
+    place_jobs,
     star_senders,
 )
 
@@ -160,3 +161,20 @@ def test_placement_imports_only_the_stdlib_and_topologies():
     assert ours and all(n.startswith("incastlab.topologies") for n in ours), ours
     assert {n.split(".")[0] for n in names} <= {"incastlab", "__future__", "dataclasses",
                                                "typing"}
+
+
+def test_several_jobs_packed_take_leaves_of_their_own_interleaved_share_them():
+    # 2 leaves x 2 hosts: a PS job (1 server + 1 worker) and a 2-rank ring
+    packed, errors = place_jobs([(1, 1), (0, 2)], ["ps", "ring"], (2, 2))
+    assert errors == [] and packed == [Placement(("h1",), ("h2",)),
+                                       Placement((), ("h3", "h4"))]
+    shared, _ = place_jobs([(1, 1), (0, 2)], ["ps", "ring"], (2, 2), "interleaved")
+    # host 1 of each leaf, then host 2 of each
+    assert shared == [Placement(("h1",), ("h3",)),
+                      Placement((), ("h2", "h4"))]
+    # a 3-host job packed needs 2 leaves of 2: with a 1-host job first, 3 leaves in all
+    placed, errors = place_jobs([(0, 1), (1, 2)], ["ring", "incast"], (2, 2))
+    assert placed is None and errors == [
+        "jobs: the jobs need 4 hosts (jobs[0] (ring) needs 1, jobs[1] (incast) needs 3), "
+        "but the fabric has 2 leaves of 2 hosts, and packed jobs need 3 leaves (each job "
+        "on its own)"]

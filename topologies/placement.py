@@ -20,7 +20,7 @@ from typing import Protocol
 from incastlab.topologies import naming
 
 __all__ = ["FabricShape", "Placement", "RoleCounts", "fabric_shape", "interfaces", "place",
-           "star_senders"]
+           "place_jobs", "star_senders"]
 
 class RoleCounts(Protocol):
     """What a job asks of the fabric (``incastlab.jobs.base.Roles`` is one): host counts
@@ -176,3 +176,42 @@ def _place_leafspine(shape: FabricShape, roles: RoleCounts, server_leaf: int,
         return naming.host_name(pos[0], pos[1], per_leaf)
 
     return Placement(tuple(map(name, servers)), tuple(map(name, workers))), []
+
+
+def place_jobs(needs: list[tuple[int, int]], kinds: list[str], shape: tuple[int, int],
+               packing: str = "packed") -> tuple[list[Placement] | None, list[str]]:
+    """Several jobs on one leaf-spine of ``shape`` (leaves, hosts per leaf): ``needs`` is
+    each job's (servers, workers), ``kinds`` its name in messages. ``"packed"``: each job
+    on leaves of its own, in order; ``"interleaved"``: host k of every leaf before host
+    k + 1, so the jobs share leaves. Returns the placements, or None and the problem (too
+    few hosts: what each job needs)."""
+    leaves, per_leaf = shape
+    need = [s + w for s, w in needs]
+    if packing == "interleaved":
+        order = [(leaf, k) for k in range(1, per_leaf + 1) for leaf in range(1, leaves + 1)]
+        groups, start = [], 0
+        for n in need:
+            groups.append(order[start:start + n])
+            start += n
+        short = sum(need) > len(order)
+        have = f"{len(order)} ({leaves} leaves x {per_leaf} hosts)"
+    else:
+        groups, leaf = [], 1
+        for n in need:
+            span = -(-n // per_leaf)  # whole leaves
+            slots = [(lf, k) for lf in range(leaf, leaf + span) for k in range(1, per_leaf + 1)]
+            groups.append(slots[:n])
+            leaf += span
+        short = leaf - 1 > leaves
+        have = (f"{leaves} leaves of {per_leaf} hosts, and packed jobs need "
+                f"{leaf - 1} leaves (each job on its own)")
+    if short:
+        each = ", ".join(f"jobs[{i}] ({kind}) needs {n}" for i, (kind, n)
+                         in enumerate(zip(kinds, need, strict=True)))
+        return None, [f"jobs: the jobs need {sum(need)} hosts ({each}), but the fabric has "
+                      f"{have}"]
+    out = []
+    for (servers, _), slots in zip(needs, groups, strict=True):
+        names = [naming.host_name(lf, k, per_leaf) for lf, k in slots]
+        out.append(Placement(tuple(names[:servers]), tuple(names[servers:])))
+    return out, []
