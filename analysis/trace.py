@@ -3,7 +3,8 @@
 `build_trace(...)` returns the trace as a dict; `write_trace(path, trace)` writes it as
 strict JSON. The format is the Chrome trace-event format (`{"traceEvents": [...],
 "displayTimeUnit": "ms"}`), which the Perfetto UI (ui.perfetto.dev, drag the file in) and
-chrome://tracing open. Timestamps `ts` and durations `dur` are microseconds; ts 0 is
+chrome://tracing open. Timestamps `ts` and durations `dur` are whole microseconds (integers:
+one clock); ts 0 is
 `t0` (the run's start, epoch seconds, kept in `otherData.t0_epoch_s`).
 
 What is in it (pids are numbered from 1; docs/run-directory.md has the same list):
@@ -96,8 +97,10 @@ class _Trace:
         self.events: list[dict] = []
         self.meta: list[dict] = []
 
-    def us(self, t: float) -> float:
-        return round((t - self.t0) * 1e6, 1)
+    def us(self, t: float) -> int:
+        """Whole microseconds since t0: one integer clock for starts and ends, so a child
+        clipped to its parent ends within it and siblings that touch do not overlap."""
+        return round((t - self.t0) * 1e6)
 
     def name_process(self, pid: int, name: str, sort_index: int) -> None:
         self.meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0,
@@ -119,8 +122,9 @@ class _Trace:
         if within is not None:
             t, end = max(t, within[0]), min(end, within[1])
             end = max(end, t)
+        start = self.us(t)
         self.events.append({"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid,
-                            "ts": self.us(t), "dur": round((end - t) * 1e6, 1),
+                            "ts": start, "dur": self.us(end) - start,
                             "args": _clean(args or {})})
 
     def instant(self, pid, tid, name, cat, t, args=None) -> None:
@@ -136,7 +140,7 @@ class _Trace:
 
     def result(self) -> dict:
         # parents before the children that start at the same µs: longer first
-        self.events.sort(key=lambda e: (e["ts"], -e.get("dur", 0.0)))
+        self.events.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
         return {"traceEvents": self.meta + self.events, "displayTimeUnit": "ms",
                 "otherData": {"t0_epoch_s": self.t0, "producer": "incastlab.analysis.trace"}}
 

@@ -9,6 +9,7 @@ import pytest
 from incastlab.analysis import trace as tr
 from incastlab.analysis.pcap import ip_to_int
 from incastlab.jobs import JOBS
+from tests import tracecheck
 
 PS_EVENTS = JOBS["ps"].trace_spans  # the PS's updates, declared by its job
 
@@ -202,3 +203,34 @@ def test_empty_inputs_give_an_empty_valid_trace(tmp_path):
     t = _roundtrip(tmp_path, tr.build_trace(pd.DataFrame({"event": []})))
     assert t["traceEvents"] == []
     assert np.isfinite(t["otherData"]["t0_epoch_s"])
+
+
+def test_a_clipped_child_ends_within_its_parent_on_one_integer_clock(tmp_path):
+    """Start and end of every slice come from one integer µs clock: a child clipped to
+    its parent's end ends exactly there. (Rounding ts and dur apart, to 0.1 µs, put this
+    all-reduce 0.1 µs past its iteration: found by search, 76.228… s + 0.104… s.)"""
+    t_start, length, compute = 76.2280082457942, 0.10400150136711032, 0.04632094
+    rows = [{"event": "start", "file": "0", "role": "ring", "rank": 0, "mode": "ring",
+             "iface": "h1-eth0", "t": 0.0},
+            {"event": "iteration", "file": "0", "iteration": 0, "t_start": t_start,
+             "t_end": t_start + length, "compute_s": compute, "comm_s": 1.0,
+             "allreduce_s": 1.0, "wait_s": None}]
+    t = _roundtrip(tmp_path, tr.build_trace(pd.DataFrame(rows), t0=0.0))
+    assert tracecheck.problems(t) == []
+    xs = {e["name"]: e for e in t["traceEvents"] if e["ph"] == "X"}
+    parent, child = xs["iteration 0"], xs["all-reduce"]
+    assert child["ts"] + child["dur"] == parent["ts"] + parent["dur"]
+
+
+def test_the_trace_checker_finds_a_partial_overlap():
+    x = {"ph": "X", "pid": 1, "tid": 1, "cat": "c"}
+    ok = {"traceEvents": [{**x, "name": "p", "ts": 0, "dur": 10},
+                          {**x, "name": "c", "ts": 2, "dur": 8},
+                          {**x, "name": "next", "ts": 10, "dur": 5}]}
+    assert tracecheck.problems(ok) == []
+    bad = {"traceEvents": [{**x, "name": "p", "ts": 0, "dur": 10},
+                           {**x, "name": "c", "ts": 2, "dur": 9},
+                           {**x, "name": "f", "ts": 1.5, "dur": 1}]}
+    assert tracecheck.problems(bad) == [
+        "event 2: ts 1.5 is not an integer >= 0",
+        "pid 1 tid 1: 'c' [2, 11] overlaps 'p' [0, 10] by 1 µs"]
