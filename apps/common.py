@@ -14,6 +14,7 @@ import math
 import os
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -246,6 +247,44 @@ def init_gloo(args: argparse.Namespace) -> None:
     except Exception as exc:  # the store raises several types; all mean the same to us
         raise PeerError(f"rendezvous at {addr}:{port} failed within {args.timeout:g} s: "
                         f"{first_line(exc)}") from exc
+
+
+def keep_alive(idle_s: int, interval_s: int, probes: int) -> int:
+    """TCP keepalive on every connected TCP socket of this process (gloo's pairs, made at
+    init_gloo, and the rendezvous store's); returns how many were set.
+
+    A connection on which nothing came from the peer for `idle_s` seconds, and nothing of
+    ours is unacknowledged, is probed every `interval_s` s: a peer whose socket is gone (a
+    killed process whose reset was lost) answers the first probe with a reset, and after
+    `probes` unanswered ones (an unreachable peer) the kernel gives the connection up. Either
+    way gloo's pair fails, and with it every wait on it, within idle_s + probes x
+    interval_s of the peer's last packet. A live peer's kernel answers probes even while
+    the process is stopped or busy, so hung and slow peers are still --timeout's."""
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            fd = int(name)
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                continue
+            # a socket object on a duplicate: options belong to the socket, not the fd,
+            # and with no default timeout Python leaves the file's O_NONBLOCK (gloo's) alone
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue  # closed meanwhile, or not ours to inspect
+        with sock:
+            if sock.family not in (socket.AF_INET, socket.AF_INET6) \
+                    or sock.type != socket.SOCK_STREAM:
+                continue
+            try:
+                sock.getpeername()
+            except OSError:
+                continue  # a listening socket
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, probes)
+            count += 1
+    return count
 
 
 def wait(work: Any, timeout: float, what: str) -> None:

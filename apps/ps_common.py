@@ -14,7 +14,8 @@ import torch.distributed as dist
 from . import common
 from .model import BYTES_PER_PARAM
 
-__all__ = ["FINISH_TAG", "GLOO_WAIT_S", "LR_RULES", "PULL_TRAILER", "PUSH_TRAILER",
+__all__ = ["FINISH_TAG", "GLOO_WAIT_S", "KEEPALIVE_BOUND_S", "KEEPALIVE_IDLE_S",
+           "KEEPALIVE_INTERVAL_S", "KEEPALIVE_PROBES", "LR_RULES", "PULL_TRAILER", "PUSH_TRAILER",
            "TOLERATES_LOST", "finish", "log_start", "lr_rates", "shard_bounds"]
 
 PUSH_TRAILER = 2  # version, iteration
@@ -23,6 +24,13 @@ LR_RULES = ("mean", "per_worker", "staleness")
 TOLERATES_LOST = ("async", "ssp", "backup")  # modes that can go on without a worker
 GLOO_WAIT_S = 7 * 24 * 3600.0  # a gloo wait the server's own deadline always beats
 FINISH_TAG = 7  # tag of the end barrier's tokens (every other message uses tag 0)
+# TCP keepalive on a server's connections in the modes that go on without a worker
+# (common.keep_alive): probe after 1 s without a packet from the peer, then every 1 s; 3
+# unanswered probes give it up. A worker whose process is gone (its reset lost) or whose
+# host is unreachable is lost at most KEEPALIVE_BOUND_S after its last packet, instead of
+# at --timeout; seconds are the options' unit, and 1 s is their least.
+KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 1, 1, 3
+KEEPALIVE_BOUND_S = KEEPALIVE_IDLE_S + KEEPALIVE_PROBES * KEEPALIVE_INTERVAL_S
 
 
 def lr_rates(rule: str, lr: float, workers: int, staleness: list[int]) -> list[float]:

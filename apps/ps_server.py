@@ -14,7 +14,8 @@ import torch.distributed as dist
 
 from . import common
 from .model import BYTES_PER_PARAM, Digits, Trainer, build_model, params_digest
-from .ps_common import (GLOO_WAIT_S, PUSH_TRAILER, TOLERATES_LOST, finish, log_start,
+from .ps_common import (GLOO_WAIT_S, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S,
+                        KEEPALIVE_PROBES, PUSH_TRAILER, TOLERATES_LOST, finish, log_start,
                         lr_rates, shard_bounds)
 
 __all__ = ["Server", "run_server"]
@@ -308,8 +309,15 @@ def run_server(args: argparse.Namespace, log: common.JsonLog) -> None:
               eval_every=args.eval_every if args.shards == 1 else None)
     t0 = time.time()
     common.init_gloo(args)
+    keepalive = None
+    if args.mode in TOLERATES_LOST:  # a lost worker is given up, not waited for
+        keepalive = {"idle_s": KEEPALIVE_IDLE_S, "interval_s": KEEPALIVE_INTERVAL_S,
+                     "probes": KEEPALIVE_PROBES}
+        keepalive["sockets"] = common.keep_alive(KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S,
+                                                 KEEPALIVE_PROBES)
     server = Server(args, log, trainer, lo, hi)
-    log.write("ready", t=time.time(), init_s=time.time() - t0, bytes_recv=0)
+    log.write("ready", t=time.time(), init_s=time.time() - t0, bytes_recv=0,
+              keepalive=keepalive)
     server.run()
     finish(args, [r for r in range(1, args.world_size) if r not in server.lost])
     accuracy = loss = None

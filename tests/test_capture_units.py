@@ -72,6 +72,43 @@ def test_second_lock_holder_is_refused_with_the_first_named(tmp_path):
     assert os.path.exists(path)
 
 
+def test_asking_who_holds_the_lock_never_makes_a_run_refuse(tmp_path):
+    """Issue 28: holder() (asked by `incastlab clean` and preflight) took the lock for an
+    instant to test it, so a run acquiring at that instant refused with LockHeld. Here a
+    reader process asks holder() in a loop while this process takes and drops the lock
+    over and over: no acquire may be refused. (Red with the flock test: 14-51 of about
+    1,100-1,400 acquires refused in each of four runs.) What holder() says of a live or
+    dead holder, and of a free lock: test_second_lock_holder_is_refused_with_the_first_named."""
+    path = tmp_path / "run.lock"
+    calls = 3000
+    reader = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        from pathlib import Path
+        from incastlab.lock import RunLock
+        lock = RunLock(Path({str(path)!r}))
+        print("ready", flush=True)
+        said = [lock.holder() for _ in range({calls})]
+        print(sum(s is None for s in said), sum(s is not None for s in said), flush=True)
+    """)], stdout=subprocess.PIPE, text=True)
+    refused = acquired = 0
+    try:
+        assert reader.stdout.readline().strip() == "ready"
+        lock = RunLock(path)
+        while reader.poll() is None:
+            try:
+                lock.acquire("/runs/busy")
+            except LockHeld:
+                refused += 1
+                continue
+            acquired += 1
+            lock.release()
+        free, held = map(int, reader.stdout.readline().split())
+    finally:
+        reader.kill()
+        reader.wait()
+    assert free + held == calls  # the reader's every question was answered
+    assert acquired > 0 and refused == 0, (acquired, refused)
+
+
 def test_queue_sampler_survives_a_malformed_tc_sample(tmp_path, monkeypatch):
     """A tc output that is not JSON (seen once in a demo run) is skipped and counted;
     the sampler goes on and queues.csv keeps the good samples."""

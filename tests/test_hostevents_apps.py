@@ -89,8 +89,9 @@ def test_backup_below_its_quorum_fails_with_the_reason(tmp_path):
 
 
 def test_backup_gives_up_a_silent_worker_at_its_own_deadline(tmp_path):
-    # A worker that goes silent with its connections open (SIGSTOP here; on the fabric, a
-    # killed worker whose reset the network lost) is noticed only by the deadline. gloo's
+    # A worker that goes silent with its connections open (SIGSTOP: its kernel still
+    # answers, so the server's TCP keepalive, which gives up a worker whose packets are
+    # lost, test_ps_keepalive_root.py, does not) is noticed only by the deadline. gloo's
     # own timeout would close every connection of the server (ending backup too), so the
     # server applies --timeout itself: the worker is lost once its receive is that old,
     # and the others go on. The job outlasts the deadline (ITER x >= 20 ms >> HUNG_TIMEOUT)

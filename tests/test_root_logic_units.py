@@ -227,8 +227,8 @@ class _NoGuard:
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
     sysm = FakeSystem()
-    # clean() asks whether a fabric holds the run lock by taking it for an instant: not
-    # the machine's, which a root run starting at that instant would find held
+    # clean() asks whether a fabric holds the run lock: a lock file of the test's own,
+    # so that the machine's (a root run's) never decides what these tests see
     from incastlab import lock
     monkeypatch.setattr(clean, "RunLock", lambda: lock.RunLock(tmp_path / "free.lock"))
     monkeypatch.setattr(clean, "_run", sysm.run)
