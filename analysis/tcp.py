@@ -233,6 +233,7 @@ def _flow_retransmissions(f, fwd, rev, state, rto_threshold_s, rrows, erows) -> 
     pa, pt, beyond = _pure_acks(acks, at, ack_rel, base)
     mss = int(ln.max()) if len(ln) else 1
     cum_ack = np.maximum.accumulate(ack_rel) if len(ack_rel) else ack_rel
+    reach = np.maximum.accumulate(end)  # the highest byte sent so far, per data packet
     ep_end, ep_id, ep_kind = -np.inf, None, None
     for i in cand:
         ti = t[i]
@@ -240,7 +241,10 @@ def _flow_retransmissions(f, fwd, rev, state, rto_threshold_s, rrows, erows) -> 
         gap = float(ti - all_t[k - 1]) if k > 0 else np.inf
         lo, hi = np.searchsorted(pa, rel[i], "left"), np.searchsorted(pa, rel[i], "right")
         n_same = int(np.searchsorted(pt[lo:hi], ti, "left"))
-        dupacks = max(n_same - 1, 0)
+        # duplicates: after the first ACK of that number, and not before the byte was
+        # first sent (a keepalive's answer on an idle connection repeats the ACK too)
+        sent = t[min(int(np.searchsorted(reach, rel[i], "right")), len(t) - 1)]
+        dupacks = int((pt[lo + 1:lo + n_same] >= sent).sum())
         # segments the receiver reported (SACK) above this hole before it was resent
         above = beyond[lo:lo + n_same].max() - ln[i] if n_same else 0
         sacked = max(int(above // mss), 0)

@@ -161,3 +161,25 @@ def test_reused_four_tuple_is_detected(tmp_path):
     script.write(tmp_path / "s.pcap", tmp_path / "r.pcap")
     t2 = tcp.combine({"s": read_pcap(tmp_path / "s.pcap", cache=False)})
     assert tcp.reused_tuples(t2).empty
+
+
+def test_acks_before_a_segment_was_sent_are_not_its_duplicates(tmp_path):
+    """An idle connection's keepalive answers repeat the cumulative ACK, at the number the
+    next segment will start at; they came before it was sent, so when that segment's tail
+    is lost and probed 50 ms later the resend is a tail-loss probe, not fast retransmit."""
+    from incastlab.analysis.synthetic import TcpScript
+    s = TcpScript()
+    d = s.delay
+    s.handshake(0.0)
+    for k in range(2):
+        s.data(0.010 + k * 0.001, k * MSS)
+        s.ack(0.010 + k * 0.001 + d + 0.0001, (k + 1) * MSS)
+    for probe in (1.0, 2.0, 3.0, 4.0):       # keepalive answers: ACK 2 MSS again
+        s.ack(probe, 2 * MSS)
+    s.data(4.5, 2 * MSS, lost=True)           # the next segment, the flow's tail, lost
+    s.data(4.55, 2 * MSS)                     # resent after 50 ms (< the RTO threshold)
+    s.ack(4.55 + d + 0.0001, 3 * MSS)
+    s.write(tmp_path / "a.pcap", tmp_path / "b.pcap")
+    t = tcp.combine({n: read_pcap(tmp_path / f"{n}.pcap", cache=False) for n in ("a", "b")})
+    retrans, _ = tcp.retransmissions(t)
+    assert list(retrans["kind"]) == ["tlp"] and list(retrans["dupacks"]) == [0]
