@@ -9,12 +9,30 @@ HELP = "comparison report across run directories"
 
 
 def add_arguments(p):
-    p.add_argument("run_dirs", nargs="+", help="run directories to compare")
+    p.add_argument("run_dirs", nargs="+",
+                   help="run directories to compare, or a sweep's directory (its runs)")
     p.add_argument("--out", default="compare", help="directory for the comparison report")
+    p.add_argument("--force", action="store_true",
+                   help="write into --out even if it holds a report already")
+
+
+def runs_of(paths: list[Path]) -> list[Path]:
+    """The run directories named, a directory of runs (a sweep's) standing for its runs."""
+    out = []
+    for d in paths:
+        inner = sorted(m.parent for m in d.glob("*/manifest.json")) \
+            if d.is_dir() and not (d / "manifest.json").exists() else []
+        out += inner or [d]
+    return out
 
 
 def run(args) -> int:
-    dirs = [Path(d) for d in args.run_dirs]
+    dirs = runs_of([Path(d) for d in args.run_dirs])
+    out_dir = Path(args.out)
+    if out_dir.exists() and any(out_dir.iterdir()) and not args.force:
+        print(f"incastlab compare: {out_dir} exists and is not empty; choose another "
+              f"--out, or add --force to write over it", file=sys.stderr)
+        return 2
     missing = [str(d) for d in dirs if not (d / "manifest.json").exists()]
     if missing:
         print(f"incastlab compare: not run directories (no manifest.json): "
@@ -24,7 +42,7 @@ def run(args) -> int:
     from incastlab.commands.common import compare_runs
 
     try:
-        out = compare_runs(dirs, Path(args.out))
+        out = compare_runs(dirs, out_dir)
     except DuplicateRunError as exc:
         print(f"incastlab compare: {exc}", file=sys.stderr)
         return 2

@@ -27,8 +27,9 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from mininet.cli import CLI
     from mininet.log import setLogLevel
+
+    from incastlab.commands.cli_iperf import FabricCLI
 
     try:
         topo = LeafSpineTopo(args.spines, args.leaves, args.hosts_per_leaf,
@@ -37,7 +38,7 @@ def run(args) -> int:
             print(f"fabric ready ({len(fabric.net.hosts)} hosts, policy {args.policy}); "
                   f"logs in {fabric.run_dir}. Type 'exit' to tear down.")
             setLogLevel("info")  # pingall, iperf etc. print their results at info level
-            CLI(fabric.net)
+            FabricCLI(fabric)  # Mininet's CLI; iperf/iperfudp through iperf3
         print(f"torn down; fabric.json and controller logs kept in {fabric.run_dir}")
     except (TopologyError, PreflightError, FabricError) as exc:
         print(f"incastlab cli: {exc}", file=sys.stderr)

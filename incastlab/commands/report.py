@@ -15,8 +15,7 @@ def add_arguments(p):
 def run(args) -> int:
     run_dir = Path(args.run_dir)
     if not (run_dir / "manifest.json").exists():
-        print(f"incastlab report: {run_dir} is not a run directory (no manifest.json)",
-              file=sys.stderr)
+        print(f"incastlab report: {not_a_run(run_dir)}", file=sys.stderr)
         return 2
     from incastlab.commands.common import build_report, short_summary
 
@@ -25,3 +24,18 @@ def run(args) -> int:
         print(short_summary(run_dir))
     print(f"report: {paths.get('report.html', run_dir / 'report.html')}")
     return 0
+
+
+def not_a_run(path: Path) -> str:
+    """Why ``path`` is not a run directory, and what the user may have meant."""
+    if not path.exists():
+        return f"{path} does not exist"
+    if not path.is_dir():
+        return f"{path} is a file, not a run directory"
+    runs = sorted(p.parent.name for p in path.glob("*/manifest.json"))
+    if runs:
+        shown = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")
+        return (f"{path} holds {len(runs)} run directories ({shown}), not one run: "
+                f"`incastlab report {path}/<run>` rebuilds one report, "
+                f"`incastlab compare {path}` compares them")
+    return f"{path} is not a run directory (no manifest.json)"
