@@ -225,13 +225,38 @@ def _balance(a, figs) -> list[Section]:
                     + bh, txt + "\n" + md_img(figs, "balance") + "\n" + bm)]
 
 
+def job_spec_text(a, spec_text: str) -> str:
+    """spec.toml as the run's job uses it: [workload] without the fields only other job
+    kinds have (the resolved spec holds every kind's, at their defaults)."""
+    import dataclasses
+    import tomllib
+
+    import tomli_w
+
+    job = network_cost.job_of(a)
+    try:
+        spec = tomllib.loads(spec_text)
+    except ValueError:
+        return spec_text
+    if job is None or not isinstance(spec.get("workload"), dict):
+        return spec_text
+    mine = {f.name for f in dataclasses.fields(job.Fields)}
+    others = {f.name for kind, other in (a.jobs or {}).items() if other is not job
+              for f in dataclasses.fields(other.Fields)} - mine
+    spec["workload"] = {k: v for k, v in spec["workload"].items() if k not in others}
+    return tomli_w.dumps(spec)
+
+
 def _configuration(a, figs) -> list[Section]:
-    spec_text = (a.run_dir / "spec.toml").read_text() if (a.run_dir / "spec.toml").exists() \
-        else "(no spec.toml)"
+    path = a.run_dir / "spec.toml"
+    spec_text = job_spec_text(a, path.read_text()) if path.exists() else "(no spec.toml)"
     man = json.dumps(a.manifest, indent=1, default=str) if a.manifest else "(no manifest.json)"
     return [Section("Configuration and environment",
-                    f"<h3>spec.toml</h3><pre>{html.escape(spec_text)}</pre>"
-                    f"<h3>manifest.json</h3><pre>{html.escape(man)}</pre>",
+                    "<details><summary>spec.toml: the fields this run's job uses (every "
+                    "field, resolved, in the run directory's spec.toml)</summary>"
+                    f"<pre>{html.escape(spec_text)}</pre></details>"
+                    "<details><summary>manifest.json: what ran where, versions, the "
+                    f"machine</summary><pre>{html.escape(man)}</pre></details>",
                     f"```toml\n{spec_text}\n```\n")]
 
 
