@@ -349,7 +349,8 @@ def trust(a) -> list[Finding]:
     else:
         text = "Trust: " + (", ".join(fine[:-1]) + " and " if len(fine) > 1 else "") + fine[-1]
     if unknown:
-        text += f"; {' and '.join(unknown)} {'was' if len(unknown) == 1 else 'were'} not recorded"
+        plural = len(unknown) > 1 or unknown[0].endswith("counts")
+        text += f"; {' and '.join(unknown)} {'were' if plural else 'was'} not recorded"
     if a.problems:
         text += f"; the report lists {_plural(len(a.problems), 'warning')}"
     out = [Finding("trust", text + ".")]
