@@ -56,7 +56,10 @@ def test_a_metered_port_is_caught_losing_what_tc_does_not_count(tmp_path):
     assert by_check["datapath_drops"]["where"]["datapath_drop_meter"] == meter
     receiver_port = FabricMap.load(tmp_path / "fabric.json").egress_iface("lf1", "h3")
     uncounted = by_check["uncounted_losses"]["where"]
-    assert uncounted.get(receiver_port, 0) > 0, (uncounted, v["text"])
+    # the meter sits before the receiver's queue, which never overflows: every packet it
+    # dropped is one the captures (at both ends) saw lost there and tc did not count;
+    # OVS folds its coverage counters in about once a second, so they can only lag
+    assert uncounted.get(receiver_port, 0) >= meter, (uncounted, v["text"])
     seconds = [s for s in v["per_second"] if s["uncounted"]]
     assert seconds, v["per_second"]  # and when
     print(f"meter dropped {meter}; the captures lost {uncounted} beyond tc; {v['text']}")
