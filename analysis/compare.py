@@ -3,7 +3,7 @@ headline metrics over its repetitions.
 
 A group's statistics (mean and 95 % CI from three runs, each run's value below that,
 intervals of non-negative quantities stopped at 0) are groupstats.py's; the "can these
-be compared?" box (routing balance, CPU saturation, capture drops, code version and
+be compared?" box (routing balance, fidelity, capture drops, code version and
 machine) is confounds.py's. Every run is listed with a link to its report; the same run
 given twice is refused.
 
@@ -230,6 +230,7 @@ def _load_runs(run_dirs, jobs=None) -> list[dict]:
                      "reason": a.reason, "spec": a.spec, "manifest": a.manifest,
                      "headline": a.metrics["headline"], "analysis": a,
                      "headline_na": a.metrics.get("headline_na") or {},
+                     "fidelity": a.metrics.get("fidelity"),
                      "inputs": a.metrics.get("analysis") or {}})
     return runs
 

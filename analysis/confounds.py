@@ -1,6 +1,7 @@
 """The "can these be compared?" box of a comparison: what differs between groups of runs
-besides their spec - routing balance, CPU saturation, capture drops, code version and
-machine. Used by compare.py (its re-exports keep the old import paths).
+besides their spec - routing balance, whether the emulation kept up (the runs' fidelity
+verdicts, the CPU as supporting evidence), capture drops, code version and machine.
+Used by compare.py (its re-exports keep the old import paths).
 """
 from __future__ import annotations
 
@@ -80,10 +81,44 @@ def _count_check(name, runs, per_run, what) -> Confound:
                     + (" Those runs' numbers are not trustworthy." if hit else ""))
 
 
+def _verdict(r) -> dict | None:
+    """The run's fidelity verdict: metrics.json's (authoritative), else the manifest's
+    run-time one (analysis/fidelity.py)."""
+    for v in (r.get("fidelity"), _manifest(r).get("fidelity")):
+        if isinstance(v, dict) and isinstance(v.get("kept_up"), bool):
+            return v
+    return None
+
+
+def _not_kept_up(r):
+    v = _verdict(r)
+    return None if v is None else not v["kept_up"]
+
+
 def _cpu_saturated(r):
     cpu = _manifest(r).get("cpu")
     return bool(cpu.get("saturated")) if isinstance(cpu, dict) and "saturated" in cpu \
         else None
+
+
+def _fidelity_check(runs) -> Confound:
+    """Flagged when any run's verdict says the emulation did not keep up; the CPU rule's
+    counts are shown beside it (supporting evidence, never the flag)."""
+    check = _count_check("fidelity", runs, _not_kept_up,
+                         "runs whose emulation did not keep up (their fidelity verdict: "
+                         "losses no queue counted, datapath drops, ports below their rate "
+                         "or tcpdump drops)")
+    cpu = _by_group(runs, _cpu_saturated)
+    known = {g: [x for x in v if x is not None] for g, v in cpu.items()}
+    if any(known.values()):
+        check = Confound(check.check, check.differs, check.text + " Supporting: runs the "
+                         "CPU rule called saturated: " + "; ".join(
+                             f"{g}: {sum(v)} of {len(v)}" for g, v in known.items()) + ".")
+    if check.differs:
+        why = [f"{r.get('name') or r.get('dir') or r['group']}: {_verdict(r)['text']}"
+               for r in runs if _not_kept_up(r)]
+        check = Confound(check.check, True, check.text + " " + " ".join(why[:3]))
+    return check
 
 
 def _capture_dropped(r):
@@ -112,15 +147,13 @@ def _same_check(name, runs, per_run, what) -> Confound:
 
 def confounds(runs: list[dict]) -> list[Confound]:
     """The "can these be compared?" checks over runs (dicts with 'group', 'headline' from
-    metrics.json and 'manifest'): routing balance (headline spine_max_mean), CPU
-    saturation (manifest cpu.saturated), capture drops (capture_lossy / capture_drops),
-    code version (versions.incastlab and versions.git) and machine (host, kernel, cores,
-    datapath, Open vSwitch)."""
+    metrics.json, 'fidelity' from metrics.json and 'manifest'): routing balance (headline
+    spine_max_mean), fidelity (the verdict's kept_up; cpu.saturated beside it), capture
+    drops (capture_lossy / capture_drops), code version (versions.incastlab and
+    versions.git) and machine (host, kernel, cores, datapath, Open vSwitch)."""
     return [
         _balance_check(runs),
-        _count_check("CPU saturation", runs, _cpu_saturated,
-                     "runs whose CPU was saturated (the emulation may have lost or delayed "
-                     "packets no counter shows)"),
+        _fidelity_check(runs),
         _count_check("capture drops", runs, _capture_dropped,
                      "runs whose tcpdump dropped packets (capture losses overstated)"),
         _same_check("code version", runs, lambda r: (

@@ -5,7 +5,7 @@
 2. what the network lost and resent (captures, tc, the kinds of retransmission);
 3. what it cost the training (iteration time against the bound when the run's job
    has a cost model, else iterations with and without an RTO);
-4. whether to trust the run (incomplete run, CPU saturation, capture drops, missing
+4. whether to trust the run (incomplete run, the fidelity verdict, capture drops, missing
    inputs), and whether the captures and the kernel agree on retransmissions.
 
 Only reads an `Analysis` (report.analyse). The cost sentence uses, when present,
@@ -330,16 +330,7 @@ def trust(a) -> list[Finding]:
                         + "), so its numbers cover only the part that ran")
     else:
         fine.append("the run completed")
-    cpu = a.manifest.get("cpu") if isinstance(a.manifest.get("cpu"), dict) else {}
-    if cpu.get("saturated"):
-        concerns.append("the CPU was saturated" + (f" ({cpu['rule']})" if cpu.get("rule")
-                                                   else "")
-                        + ", so the emulation may have lost or delayed packets no counter "
-                        "shows")
-    elif cpu:
-        fine.append("the CPU kept up")
-    else:
-        unknown.append("CPU use")
+    _fidelity(a, concerns, fine, unknown)
     drops = (a.metrics.get("reconciliation") or {}).get("capture_drops")
     lossy = a.manifest.get("capture_lossy") or []
     if drops:
@@ -360,7 +351,8 @@ def trust(a) -> list[Finding]:
     else:
         text = "Trust: " + (", ".join(fine[:-1]) + " and " if len(fine) > 1 else "") + fine[-1]
     if unknown:
-        text += f"; {' and '.join(unknown)} {'was' if len(unknown) == 1 else 'were'} not recorded"
+        plural = len(unknown) > 1 or unknown[0].endswith("counts")
+        text += f"; {' and '.join(unknown)} {'were' if plural else 'was'} not recorded"
     if a.problems:
         text += f"; the report lists {_plural(len(a.problems), 'warning')}"
     out = [Finding("trust", text + ".")]
@@ -374,6 +366,23 @@ def trust(a) -> list[Finding]:
         out.append(Finding("counters", f"The captures' retransmissions ({_n(cap)}) and the "
                                        f"kernels' TcpRetransSegs ({_n(ker)}) {verdict}."))
     return out
+
+
+def _fidelity(a, concerns: list, fine: list, unknown: list) -> None:
+    """The run's fidelity verdict (metrics.json fidelity, analysis/fidelity.py) into the
+    trust sentence; tcpdump's drops have their own clause, and the CPU only supports."""
+    v = a.metrics.get("fidelity") if isinstance(a.metrics.get("fidelity"), dict) else None
+    cpu = a.manifest.get("cpu") if isinstance(a.manifest.get("cpu"), dict) else {}
+    if v is None:
+        unknown.append("the fidelity verdict")
+        return
+    why = [e["text"] for e in v.get("evidence") or [] if e.get("check") != "capture_drops"]
+    if why:
+        concerns.append("the emulation did not keep up (" + "; ".join(why) + "), so rates "
+                        "and losses may be the emulator's, not the fabric's")
+    elif v.get("kept_up"):
+        fine.append("the datapath kept up" + (" (though the CPU was saturated: supporting "
+                                              "evidence only)" if cpu.get("saturated") else ""))
 
 
 # --- across runs: what the difference between groups is made of -------------------------

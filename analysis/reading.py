@@ -116,11 +116,8 @@ def _manifest_problems(manifest: dict) -> list[str]:
     problems = []
     if not manifest:
         problems.append("manifest.json is missing: the run's status is unknown.")
-    cpu = manifest.get("cpu") if isinstance(manifest.get("cpu"), dict) else {}
-    if cpu.get("saturated"):
-        problems.append("The CPU was saturated during the workload "
-                        f"({cpu.get('rule', '')}): the emulation may have dropped or "
-                        "delayed packets no counter shows; treat these numbers with care.")
+    # whether the emulation kept up is the fidelity verdict's (fidelityreport.py adds
+    # it here when not); the CPU samples only support it
     sampler = manifest.get("queue_sampler") if isinstance(manifest.get("queue_sampler"),
                                                           dict) else {}
     if sampler.get("bad_samples"):

@@ -344,10 +344,8 @@ def _notes(tc_drops, cap_losses, cap_retrans, n: dict, k: dict, cap_drop_total,
                     "counts them (the OVS userspace datapath discards the rest of a batch, "
                     "uncounted, when a send to a full queue fails twice; an overloaded "
                     "datapath; or tcpdump drops at the receiver-side capture).")
-            cpu = manifest.get("cpu") if isinstance(manifest.get("cpu"), dict) else {}
-            if cpu.get("saturated"):
-                msg += (" The CPU was saturated during this run, and the userspace datapath "
-                        "then drops packets that no counter shows.")
+            msg += (" The fidelity verdict counts the difference at each port as losses the "
+                    "datapath did not account for.")
         notes.append(msg)
     elif tc_drops and not cap_losses:
         notes.append(f"tc counted {tc_drops:.0f} drops; the captures show none (flows not "

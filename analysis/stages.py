@@ -6,7 +6,7 @@ and ``Analysis.metrics``, or run-directory files), an optional ``compute`` whose
 is ``Analysis.tables[name]`` (``metrics`` of it, when not None, becomes
 ``metrics.json[name]``), its ``figures`` and ``render``, which turns its tables into
 sections. :func:`declared` is the one list: the core sections (sections.py), then the
-stages latency, failover and multi-job declare in their own modules, then any added with
+stages fidelity, failover, latency and multi-job declare in their own modules, then any added with
 :func:`register`. ``report.analyse`` runs every ``compute`` in list order,
 ``report.build_report`` every ``figures`` and ``render`` in list order, and places each
 stage's sections after the stage its ``after`` names (the page's order; None: in list
@@ -52,10 +52,10 @@ _REGISTERED: list[Stage] = []
 
 def declared() -> list[Stage]:
     """Every stage of the report, in list order (see the module docstring)."""
-    from . import failoverreport, latencyreport, multijob, sections
+    from . import failoverreport, fidelityreport, latencyreport, multijob, sections
 
-    return [*sections.STAGES, failoverreport.STAGE, latencyreport.STAGE, multijob.STAGE,
-            *_REGISTERED]
+    return [*sections.STAGES, fidelityreport.STAGE, failoverreport.STAGE, latencyreport.STAGE,
+            multijob.STAGE, *_REGISTERED]
 
 
 def register(stage: Stage) -> Stage:

@@ -18,8 +18,10 @@ import time
 import traceback
 from pathlib import Path
 
+from incastlab.analysis import fidelity
 from incastlab.capture import counters
 from incastlab.capture.cpu import CpuMonitor
+from incastlab.capture.datapath import DatapathCounters
 from incastlab import events as run_events
 from incastlab import hostevents
 from incastlab import multijob
@@ -147,6 +149,7 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
         captures: list = []
         sampler = None
         scheduler = None
+        datapath = None
         try:
             sampler = _start_sampler(fab, fmap, run_dir, spec.capture.queue_sample_ms)
             if spec.capture.enabled:
@@ -154,6 +157,7 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
                 progress.phase("captures starting")
                 captures = start_captures(fab, spec.capture_interfaces(), run_dir / rf.PCAP_DIR,
                                           spec.capture.snaplen, spec.run.phase_timeout_s)
+            datapath = DatapathCounters(fmap.switch_egress_ifaces())  # fidelity's evidence
             if spec.jobs:  # several jobs on one fabric (incastlab/multijob.py)
                 with CpuMonitor() as cpu:
                     try:
@@ -187,6 +191,9 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
                     manifest.update(cpu=cpu.summary())
         finally:
             _stop_workload(fab, run_dir, manifest, scheduler, procs, captures, sampler)
+            if datapath is not None:  # after the captures' stats: the verdict reads both
+                manifest.update(fidelity={"counters": datapath.finish()})
+                manifest.update(fidelity=fidelity.runtime_verdict(manifest.data))
         progress.phase("tearing down")
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from incastlab import iperf
 from incastlab.apps.local import free_port
 
-__all__ = ["free_port", "iperf3_pair", "iperf3_result", "ovs_bridges", "relative_seq",
-           "overtaken_segments", "run_complete"]
+__all__ = ["free_port", "fidelity", "iperf3_pair", "iperf3_result", "kept_up", "ovs_bridges",
+           "relative_seq", "overtaken_segments", "run_complete"]
 
 iperf3_pair = iperf.pair
 iperf3_result = iperf.result
@@ -60,3 +60,30 @@ def run_complete(run_dir: Path, overrides: list[str]) -> dict:
     manifest = json.loads((Path(run_dir) / "manifest.json").read_text())
     assert status == "complete", manifest.get("reason")
     return manifest
+
+
+def fidelity(run_dir: Path) -> dict:
+    """The run's fidelity verdict (analysis/fidelity.py): metrics.json's, the
+    authoritative one, computed (the report's numbers, no figures) if the run has no
+    metrics.json yet."""
+    path = Path(run_dir) / "metrics.json"
+    if not path.exists():
+        from incastlab.commands.common import build_report
+
+        build_report(run_dir, plots=False)
+    verdict = json.loads(path.read_text()).get("fidelity")
+    assert isinstance(verdict, dict) and isinstance(verdict.get("kept_up"), bool), \
+        f"{run_dir}: metrics.json has no fidelity verdict"
+    return verdict
+
+
+def kept_up(run_dir: Path) -> bool:
+    """Whether the emulation kept up in this run, for a rate- or loss-dependent claim
+    to gate on: ``if kept_up(run): assert ratio >= floor``. When it did not, the verdict
+    must say why (its evidence non-empty, or the test fails), and that is printed so the
+    test's output says why the claim was not held to."""
+    verdict = fidelity(run_dir)
+    if not verdict["kept_up"]:
+        assert verdict["evidence"], f"kept_up false without evidence: {verdict}"
+        print(f"{Path(run_dir).name}: not held to rate-dependent claims: {verdict['text']}")
+    return verdict["kept_up"]

@@ -194,8 +194,10 @@ def test_the_same_run_twice_is_refused(tmp_path):
     assert compare_runs([a, b], tmp_path / "cmp")["report"].exists()  # distinct: fine
 
 
-def _run(group, balance=None, saturated=False, lossy=(), git="abc", host="vm"):
+def _run(group, balance=None, saturated=False, lossy=(), git="abc", host="vm", kept_up=True):
     return {"group": group, "headline": {"spine_max_mean": balance},
+            "fidelity": {"kept_up": kept_up, "text": "The datapath kept up." if kept_up else
+                         "The emulation did not keep up: 9 packets uncounted."},
             "manifest": {"host": host, "datapath": "user", "capture_lossy": list(lossy),
                          "cpu": {"saturated": saturated, "cores": 2},
                          "versions": {"incastlab": "0.1.0", "git": git, "kernel": "6.1",
@@ -223,12 +225,21 @@ def test_confound_flags_routing_balance():
     assert _flags([_run("a"), _run("b")])["routing balance"].differs is None
 
 
-def test_confound_flags_cpu_captures_code_machine():
+def test_confound_flags_fidelity_captures_code_machine():
+    f = _flags([_run("a", kept_up=False), _run("b")])
+    assert f["fidelity"].differs and "a: 1 of 1 runs; b: 0 of 1 runs" in f["fidelity"].text
+    assert "9 packets uncounted" in f["fidelity"].text  # the verdict's own words
+    # the CPU rule is supporting evidence: shown, never the flag
     f = _flags([_run("a", saturated=True), _run("b")])
-    assert f["CPU saturation"].differs and "a: 1 of 1 runs; b: 0 of 1 runs" in \
-        f["CPU saturation"].text
+    assert not f["fidelity"].differs and "called saturated: a: 1 of 1; b: 0 of 1" in \
+        f["fidelity"].text
+    # without metrics.json's verdict, the manifest's run-time one
+    r = _run("a")
+    del r["fidelity"]
+    r["manifest"]["fidelity"] = {"kept_up": False, "text": "socket drops"}
+    assert _flags([r, _run("b")])["fidelity"].differs
     f = _flags([_run("a", lossy=["h1-eth0"]), _run("b")])
-    assert f["capture drops"].differs and not f["CPU saturation"].differs
+    assert f["capture drops"].differs and not f["fidelity"].differs
     f = _flags([_run("a", git="abc"), _run("b", git="def-dirty")])
     assert f["code version"].differs and "def-dirty" in f["code version"].text
     f = _flags([_run("a", host="vm"), _run("b", host="laptop")])

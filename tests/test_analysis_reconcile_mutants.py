@@ -282,7 +282,8 @@ def test_reconcile_numbers_and_totals_exact():
     (14, 10, "kernel", False, "More tc drops than captured losses"),
     (77, 100, "user", False, None),           # 0.77 exactly
     (76, 100, "user", False, "Fewer tc drops than captured losses"),
-    (76, 100, "user", True, "The CPU was saturated"),
+    # the CPU no longer explains the note: the fidelity verdict judges the difference
+    (76, 100, "user", True, "The fidelity verdict counts the difference"),
 ])
 def test_tc_versus_captures_note_thresholds(tc, losses, datapath, saturated, extra):
     m = {"datapath": datapath, "cpu": {"saturated": saturated}}
@@ -292,7 +293,8 @@ def test_tc_versus_captures_note_thresholds(tc, losses, datapath, saturated, ext
         assert note.endswith(f"(ratio {tc / losses:.2f}).")
     else:
         assert extra in note
-    assert ("The CPU was saturated" in note) == saturated
+    assert "CPU" not in note
+    assert ("The fidelity verdict" in note) == (tc / losses < 0.77)
     assert ("OVS retries" in note) == (extra == "OVS retries a refused packet once")
 
 

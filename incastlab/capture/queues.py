@@ -9,7 +9,8 @@ The child is a pfifo (``topology.queue_packets``) or a bfifo (``topology.queue_b
 tc reports the backlog of either in bytes and in packets, and both are kept.
 
 Its columns are the run directory's ``queues.csv`` (incastlab.topologies.runformat.QUEUES;
-counters cumulative, as tc reports them). The achieved sampling interval is written to
+counters cumulative, as tc reports them). The achieved sampling interval, and how long a
+``tc`` call took (a sample's counters are read somewhere within it), are written to
 ``<out>.meta.json`` at the end.
 """
 from __future__ import annotations
@@ -56,7 +57,7 @@ def sample_forever(ifaces: set[str], interval_s: float, out_path: str,
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    gaps, last, n = [], None, 0
+    gaps, reads, last, n = [], [], None, 0
     bad, first_bad = 0, None
     started = time.monotonic()
     next_at = started
@@ -70,6 +71,9 @@ def sample_forever(ifaces: set[str], interval_s: float, out_path: str,
             t = time.time()
             out = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True,
                                  text=True, check=False).stdout
+            # the counters were read somewhere between t and now: how far off a sample's
+            # time can be (analysis/fidelity.py's tolerance)
+            reads.append(time.time() - t)
             try:
                 writer.writerows(parse_tc_json(out, ifaces, t))
             except ValueError as exc:
@@ -92,10 +96,13 @@ def sample_forever(ifaces: set[str], interval_s: float, out_path: str,
             else:  # fell behind: do not try to catch up with a burst of samples
                 next_at = time.monotonic()
     gaps.sort()
+    reads.sort()
     stats = {"samples": n, "target_interval_ms": interval_s * 1e3,
              "mean_interval_ms": (sum(gaps) / len(gaps) * 1e3) if gaps else None,
              "p99_interval_ms": gaps[int(0.99 * (len(gaps) - 1))] * 1e3 if gaps else None,
              "max_interval_ms": gaps[-1] * 1e3 if gaps else None,
+             "max_read_ms": reads[-1] * 1e3 if reads else None,
+             "p99_read_ms": reads[int(0.99 * (len(reads) - 1))] * 1e3 if reads else None,
              "bad_samples": bad, "first_bad_sample": first_bad}
     with open(out_path + ".meta.json", "w") as f:
         json.dump(stats, f)
