@@ -14,9 +14,11 @@ recovery episodes renumbered in flow order). tests/test_bounded_memory.py checks
 the tables are equal to those of tcp.combine() + tcp.py on the whole run.
 
 Peak memory is then the larger of one parsed capture and one chunk, plus what the
-merged tables and the latency samples (~12 bytes a sample, latency.Samples) hold; the
+merged tables and the report stages' reductions of the chunks (stages.Stage.reduce:
+latency's samples, bounded by samples.Samples; failover's per-flow rows) hold; the
 heap is trimmed after each chunk (release_freed_memory), or what chunks free stays
-resident and the peak grows with the run (benchmarks/parse_pcap.py measures it).
+resident and the peak grows with the run (benchmarks/parse_pcap.py and
+benchmarks/analysis_memory.py measure it).
 """
 from __future__ import annotations
 
@@ -198,8 +200,9 @@ def analyse_tcp(store: CaptureStore, *, rto_threshold_s: float = tcp.DEFAULT_RTO
     destination host (only those are judged for spurious retransmissions; default: all
     with a receiver-side capture). `windows`: episodes.episode_windows, whose per-flow
     bytes are collected on the way (TcpTables.flow_bytes). `extra`: {name: (fn, then)}
-    more per-connection reducers, `fn(packets, flows, flow_summary) -> DataFrame` with a
-    `flow` column, run on every chunk; the parts are ordered by flow as `flow_summary`
+    more per-connection reducers, `fn(packets, flows, flow_summary, retrans) ->
+    DataFrame` with a `flow` column, run on every chunk (`retrans`: the chunk's
+    retransmissions, with `spurious`); the parts are ordered by flow as `flow_summary`
     is (after the column `then` first, e.g. "t", when not None)."""
     at_host = at_host or (lambda f: f["receiver_iface"].notna() if len(f)
                           else pd.Series(dtype=bool))
@@ -229,7 +232,7 @@ def _chunk_tables(df, c, store, at_host, windows, rto_threshold_s, extra) -> dic
         "bytes": ep.window_flow_bytes(df, windows)}
     for name, (fn, _) in (extra or {}).items():
         try:
-            part[name] = fn(df, flows, part["fsum"])
+            part[name] = fn(df, flows, part["fsum"], retrans)
         except Exception as exc:  # noqa: BLE001 - one reducer's bug costs its table only
             part[name] = exc
     return part

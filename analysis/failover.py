@@ -8,7 +8,9 @@ Inputs (all optional; a missing one makes its column n/a with the reason):
   its new flows/groups (controller/records.py);
 - the captures (``analysis.tcp``'s packet table) and the fabric map: which spine each
   captured packet crossed, from the interface it was seen on (a leaf's uplink or a
-  spine's downlink);
+  spine's downlink). The report feeds them a group of whole connections at a time
+  (`EventFlows`, on the TCP analysis's one pass over the captures: chunked.py), so a
+  run of any size is measured on all its packets;
 - the TCP analysis's retransmissions.
 
 Per network event that takes a spine out of some paths (``link_down`` of a leaf-spine
@@ -43,14 +45,16 @@ import numpy as np
 import pandas as pd
 from incastlab.topologies import runformat
 
-__all__ = ["ACTIVE_WINDOW_S", "DETECT_HORIZON_S", "DOWN_ACTIONS", "EVENTS_FILE",
-           "FAILOVER_FILE", "FLOW_COLUMNS", "SECTION_TITLE", "SUMMARY_COLUMNS", "analyse",
-           "analyse_events", "controller_reaction", "events_table", "failed_spines",
-           "flow_failover", "load_controller", "metrics", "not_fired", "read_event_rows",
-           "restore_time", "spine_of_iface", "target_text"]
+__all__ = ["ACTIVE_WINDOW_S", "BIN_S", "DETECT_HORIZON_S", "DOWN_ACTIONS", "EVENTS_FILE",
+           "FAILOVER_FILE", "FLOW_COLUMNS", "SECTION_TITLE", "SUMMARY_COLUMNS",
+           "EventFlows", "analyse", "analyse_events", "controller_reaction",
+           "events_table", "failed_spines", "flow_failover", "load_controller", "metrics",
+           "not_fired", "read_event_rows", "restore_time", "spine_of_iface",
+           "spine_packets", "target_text"]
 
 ACTIVE_WINDOW_S = 1.0    # a flow "used" the link if it sent over it this long before
 DETECT_HORIZON_S = 5.0   # a port-status this long after an event belongs to it
+BIN_S = 0.1              # spine_packets' bins (the events figure's packets per spine)
 EVENTS_FILE = runformat.EVENTS
 FAILOVER_FILE = runformat.FAILOVER.name
 SECTION_TITLE = "Events and failover"
@@ -206,20 +210,30 @@ def flow_failover(tcp_df: pd.DataFrame, fabric, event: dict,
                   retrans: pd.DataFrame | None = None, t_restore: float | None = None
                   ) -> pd.DataFrame:
     """Per flow that used the failed spine at the event: last packet on it, first on
-    another spine, the gap, and its segments lost (columns FLOW_COLUMNS; times relative
-    to the event, seconds). ``t_restore``: when the failure ended (wall), None = never."""
+    another spine, the gap, and its segments lost (columns FLOW_COLUMNS, flows in key
+    order; times relative to the event, seconds). ``t_restore``: when the failure ended
+    (wall), None = never. A flow's row needs only its own connection's packets and
+    retransmissions, so `tcp_df` may be any group of whole connections (EventFlows)."""
+    return _flow_rows(tcp_df, fabric, event, retrans, t_restore).drop(columns=_KEY)
+
+
+_KEY = ["_src", "_dst", "_sport", "_dport"]  # the flow key of each row, to merge parts
+
+
+def _flow_rows(tcp_df, fabric, event, retrans, t_restore) -> pd.DataFrame:
+    """flow_failover's rows with each flow's key (the _KEY columns)."""
     from .pcap import ip_to_str
 
     spines, leaves, drain = failed_spines(event, fabric)
     t_ev = event.get("t")
     if not spines or t_ev is None or tcp_df is None or tcp_df.empty:
-        return pd.DataFrame(columns=FLOW_COLUMNS)
+        return pd.DataFrame(columns=FLOW_COLUMNS + _KEY)
     end = np.inf if t_restore is None else float(t_restore)
     spine_map = spine_of_iface(fabric)
     data = tcp_df[(tcp_df["payload_len"] > 0)
                   & tcp_df["iface"].astype(str).isin(spine_map)].copy()
     if data.empty:
-        return pd.DataFrame(columns=FLOW_COLUMNS)
+        return pd.DataFrame(columns=FLOW_COLUMNS + _KEY)
     data["spine"] = data["iface"].astype(str).map(spine_map)
     leaf_of = _host_leaf(fabric)
     data["src_leaf"] = data["src"].map(leaf_of)
@@ -249,8 +263,9 @@ def flow_failover(tcp_df: pd.DataFrame, fabric, event: dict,
                      "last_old_s": last_old - t_ev,
                      "first_new_s": first_new - t_ev if len(new) else np.nan,
                      "failover_s": first_new - last_old if len(new) else np.nan,
-                     "new_spine": new_spine, "lost": lost})
-    return pd.DataFrame(rows, columns=FLOW_COLUMNS)
+                     "new_spine": new_spine, "lost": lost,
+                     **{k: int(v) for k, v in zip(_KEY, flow, strict=True)}})
+    return pd.DataFrame(rows, columns=FLOW_COLUMNS + _KEY)
 
 
 def _lost(tcp_df, retrans, flow, t_from: float, t_to: float) -> float:
@@ -330,20 +345,96 @@ def _link_nodes(link, fabric) -> tuple | None:
     return tuple(sorted(link)) if isinstance(link, list) else None
 
 
-def analyse_events(run_dir, tcp_df, fabric, retrans, ctrl=None) -> dict:
+def spine_packets(tcp_df: pd.DataFrame | None, fabric) -> pd.DataFrame:
+    """Data packets captured on each spine's links (spine_of_iface) per BIN_S of wall
+    time: columns spine, bin (wall time // BIN_S), packets; empty bins left out, rows
+    by spine then bin. Sums over groups of packets (EventFlows) to that of all."""
+    cols = ["spine", "bin", "packets"]
+    if tcp_df is None or tcp_df.empty or fabric is None:
+        return pd.DataFrame({c: pd.Series(dtype=object if c == "spine" else np.int64)
+                             for c in cols})
+    smap = spine_of_iface(fabric)
+    iface = tcp_df["iface"].astype(str).to_numpy()
+    keep = (tcp_df["payload_len"].to_numpy() > 0) & np.isin(iface, list(smap))
+    out = pd.DataFrame({"spine": pd.Series(iface[keep]).map(smap).to_numpy(),
+                        "bin": (tcp_df["t"].to_numpy()[keep] // BIN_S).astype(np.int64)})
+    return out.groupby(["spine", "bin"]).size().rename("packets").reset_index()
+
+
+class EventFlows:
+    """Failover's reducer of the one pass over the captures (stages.Stage.reduce), fed
+    one group of whole connections at a time (`add`): per down event, flow_failover's
+    rows of the group's flows, and the group's spine_packets; merged as one pass over
+    every packet gives them (`flows`, `spine_packets`). Holds a row per flow and event
+    and a count per spine and BIN_S, never the packets."""
+
+    def __init__(self, rows: list[dict], fabric):
+        self.fabric, self.packets = fabric, 0
+        self._down = {}  # position in `rows` -> (event, when its failure ended)
+        for i, ev in enumerate(rows):
+            spines = failed_spines(ev, fabric)[0] if fabric is not None else set()
+            if spines and DOWN_ACTIONS.get(ev.get("action")) == "down":
+                self._down[i] = (ev, restore_time(ev, rows[i + 1:], fabric))
+        self._flows: dict[int, list] = {i: [] for i in self._down}
+        self._spine: list[pd.DataFrame] = []
+
+    @classmethod
+    def of_run(cls, run_dir, fabric, _manifest=None) -> EventFlows | None:
+        """The reducer of a run's events (events.jsonl); None: the run has none."""
+        if not (Path(run_dir) / EVENTS_FILE).exists():
+            return None
+        return cls(read_event_rows(run_dir), fabric)
+
+    def add(self, packets, _flows=None, _flow_summary=None, retrans=None) -> pd.DataFrame:
+        """One group of whole connections: its packets (tcp.py's table) and their
+        retransmissions (None: losses unknown)."""
+        if packets is not None and len(packets):
+            self.packets += len(packets)
+            for i, (ev, t_restore) in self._down.items():
+                self._flows[i].append(_flow_rows(packets, self.fabric, ev, retrans,
+                                                 t_restore))
+            self._spine.append(spine_packets(packets, self.fabric))
+        return pd.DataFrame(columns=["flow"])
+
+    def flows(self, i: int) -> pd.DataFrame | None:
+        """flow_failover of the i-th event (in read_event_rows order) on every packet
+        added; None when it takes no spine out or no packet was added."""
+        if i not in self._down or not self.packets:
+            return None
+        parts = [p for p in self._flows[i] if len(p)]
+        if not parts:
+            return pd.DataFrame(columns=FLOW_COLUMNS)
+        df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        return (df.sort_values(_KEY, kind="stable").drop(columns=_KEY)
+                .reset_index(drop=True))
+
+    def spine_packets(self) -> pd.DataFrame:
+        """spine_packets of every packet added."""
+        parts = [p for p in self._spine if len(p)]
+        if len(parts) <= 1:
+            return parts[0] if parts else spine_packets(None, None)
+        both = pd.concat(parts, ignore_index=True)
+        return both.groupby(["spine", "bin"])["packets"].sum().reset_index()
+
+
+def analyse_events(run_dir, tcp_df, fabric, retrans, ctrl=None,
+                   reduced: EventFlows | None = None) -> dict:
     """{"events": events_table, "flows": per-flow failover of every down event,
-    "summary": one row per event (SUMMARY_COLUMNS), "not_fired": rows}."""
+    "summary": one row per event (SUMMARY_COLUMNS), "not_fired": rows, "spine_packets":
+    spine_packets}, from the packet table `tcp_df` and its retransmissions, or from
+    `reduced` (an EventFlows fed every group of connections of the run)."""
     rows = read_event_rows(run_dir)
+    if reduced is None:
+        reduced = EventFlows(rows, fabric)
+        reduced.add(tcp_df, retrans=retrans)
     ctrl = load_controller(run_dir) if ctrl is None else ctrl
     flows, summary = [], []
     for i, ev in enumerate(rows):
         rec = {"event": ev.get("index"), "action": ev.get("action"),
                "target": target_text(ev.get("params") or {}), "t_rel_s": ev.get("t_rel_s"),
                **controller_reaction(ctrl, ev)}
-        spines, _leaves, _drain = failed_spines(ev, fabric) if fabric else (set(), None, None)
-        if spines and DOWN_ACTIONS.get(ev.get("action")) == "down" and tcp_df is not None:
-            f = flow_failover(tcp_df, fabric, ev, retrans,
-                              restore_time(ev, rows[i + 1:], fabric))
+        f = reduced.flows(i)
+        if f is not None:
             flows.append(f)
             rec.update(flows_on_link=len(f), moved=int(f["first_new_s"].notna().sum()),
                        failover_median_s=float(f["failover_s"].median()) if len(f) else np.nan,
@@ -354,15 +445,22 @@ def analyse_events(run_dir, tcp_df, fabric, retrans, ctrl=None) -> dict:
         columns=FLOW_COLUMNS)
     return {"events": events_table(run_dir), "flows": flows_df,
             "summary": pd.DataFrame(summary, columns=SUMMARY_COLUMNS),
-            "not_fired": not_fired(run_dir)}
+            "not_fired": not_fired(run_dir), "spine_packets": reduced.spine_packets()}
 
 
 # --- the report stage's compute (figure and section: failoverreport.py) -------------
 
 def analyse(a) -> dict:
-    """The report's events tables for an Analysis (analysis.report); {} without events."""
+    """The report's events tables for an Analysis (analysis.report); {} without events.
+    From what the one pass over the captures reduced (``a.captured["events"]``, an
+    EventFlows: every packet of the run), else from ``a.tables["tcp"]``."""
     if not (Path(a.run_dir) / EVENTS_FILE).exists():
         return {}
+    reduced = a.captured.get("events")
+    if isinstance(reduced, Exception):
+        raise reduced
+    if reduced is not None:
+        return analyse_events(a.run_dir, None, a.fabric, None, reduced=reduced)
     tcp_df = a.tables.get("tcp")
     return analyse_events(a.run_dir, tcp_df if tcp_df is not None and len(tcp_df) else None,
                           a.fabric, a.tables.get("retrans"))

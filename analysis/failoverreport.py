@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .failover import (ACTIVE_WINDOW_S, DOWN_ACTIONS, EVENTS_FILE, FAILOVER_FILE, SECTION_TITLE,
-                       analyse, metrics, read_event_rows, spine_of_iface)
+from .failover import (ACTIVE_WINDOW_S, BIN_S, DOWN_ACTIONS, EVENTS_FILE, FAILOVER_FILE,
+                       SECTION_TITLE, EventFlows, analyse, metrics, read_event_rows)
 from .stages import Stage
 
 __all__ = ["STAGE", "figure", "section", "sections"]
@@ -18,7 +18,8 @@ __all__ = ["STAGE", "figure", "section", "sections"]
 
 def figure(a, path) -> Path | None:
     """Iteration time of every rank against time, and data packets per spine from the
-    spine-link captures, each event a vertical line (down red, up green)."""
+    spine-link captures (every packet of the run: failover.spine_packets), each event a
+    vertical line (down red, up green)."""
     res = a.tables.get("events") or {}
     ev = res.get("events")
     if ev is None or ev.empty:
@@ -40,7 +41,7 @@ def _figure(a, ev, path):
 
     t0 = a.t0
     iters = a.tables.get("iterations")
-    tcp_df = a.tables.get("tcp")
+    counts = (a.tables.get("events") or {}).get("spine_packets")
     fig, (ax1, ax2) = plt.subplots(2, 1, sharex=True, figsize=(11, 5.5))
     if iters is not None and len(iters):
         for rank, g in iters.groupby("rank"):
@@ -49,18 +50,14 @@ def _figure(a, ev, path):
                      label=f"rank {rank}")
         ax1.legend(fontsize="small", ncol=4, loc="upper left")
     ax1.set_ylabel("iteration (s)")
-    if tcp_df is not None and len(tcp_df) and a.fabric is not None:
-        smap = spine_of_iface(a.fabric)
-        d = tcp_df[(tcp_df["payload_len"] > 0) & tcp_df["iface"].astype(str).isin(smap)]
-        if len(d):
-            # 100 ms bins, empty ones as 0 (a spine that carries nothing must show it)
-            d = d.assign(spine=d["iface"].astype(str).map(smap),
-                         bin=((d["t"] - t0) // 0.1).astype(int))
-            bins = np.arange(d["bin"].min(), d["bin"].max() + 1)
-            for spine, g in d.groupby("spine"):
-                counts = g.groupby("bin").size().reindex(bins, fill_value=0)
-                ax2.plot(bins * 0.1, counts.to_numpy() * 10, lw=1, label=spine)
-            ax2.legend(fontsize="small", loc="upper left")
+    if counts is not None and len(counts):
+        # failover.spine_packets (every packet of the run): BIN_S bins of wall time,
+        # empty ones as 0 (a spine that carries nothing must show it)
+        bins = np.arange(counts["bin"].min(), counts["bin"].max() + 1)
+        for spine, g in counts.groupby("spine"):
+            n = g.set_index("bin")["packets"].reindex(bins, fill_value=0)
+            ax2.plot(bins * BIN_S - t0, n.to_numpy() / BIN_S, lw=1, label=spine)
+        ax2.legend(fontsize="small", loc="upper left")
     ax2.set_ylabel("data packets/s\non spine links")
     ax2.set_xlabel("time since run start (s)")
     for r in ev.itertuples(index=False):
@@ -161,4 +158,4 @@ def sections(a, figs: dict) -> list:
 STAGE = Stage("events", (EVENTS_FILE, FAILOVER_FILE, "tcp", "retrans", "iterations"),
               compute=analyse, metrics=lambda t: metrics(t) if t else None, render=sections,
               figures=lambda a, plot_dir: {"events": figure(a, Path(plot_dir) / "events.png")},
-              after="headline", what="events and failover")
+              after="headline", what="events and failover", reduce=EventFlows.of_run)

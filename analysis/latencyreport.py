@@ -5,13 +5,33 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .latency import (RTT_KEYS, SOJOURN_KEYS, queue_delay, summary,
-                      summary_table, weighted_quantiles, write_full)
-from .samples import compact, groups
+import pandas as pd
+
+from .latency import (RTT_COLUMNS, RTT_KEYS, SOJOURN_COLUMNS, SOJOURN_KEYS, analyse,
+                      queue_delay, rtt_samples, sojourns, summary, summary_table,
+                      weighted_quantiles, write_full)
+from .samples import Samples, compact, groups
 from .stages import Stage
 
-__all__ = ["FIGURE_GROUPS", "SECTION_TITLE", "STAGE", "figure", "from_reduced", "section",
-           "sections"]
+__all__ = ["FIGURE_GROUPS", "SECTION_TITLE", "STAGE", "LatencyPass", "figure",
+           "from_reduced", "section", "sections"]
+
+
+class LatencyPass:
+    """The latency stage's reducer of the one pass over the captures (stages.Stage.reduce):
+    the RTT samples and sojourns of each group of connections, kept as `Samples` (rows
+    in a file, in memory at most a bounded summary of their values)."""
+
+    def __init__(self, _run_dir, fabric, manifest):
+        self.fabric, self.manifest = fabric, manifest
+        self.rtt = Samples(RTT_COLUMNS, "rtt_s", RTT_KEYS)
+        self.sojourn = Samples(SOJOURN_COLUMNS, "sojourn_s", SOJOURN_KEYS)
+
+    def add(self, packets, _flows, flow_summary, _retrans) -> pd.DataFrame:
+        """One group of connections' samples (chunked.analyse_tcp's `extra` reducer)."""
+        self.rtt.add(rtt_samples(packets, flow_summary, self.fabric, self.manifest))
+        self.sojourn.add(sojourns(packets, flow_summary, self.fabric))
+        return pd.DataFrame(columns=["flow"])
 
 
 # ---------------------------------------------------------------- the report section
@@ -103,14 +123,17 @@ def section(a, figs: dict) -> tuple[str, str, str]:
 
 def from_reduced(a) -> dict:
     """The latency tables of the run from what the one pass over the captures reduced
-    (``a.captured["latency"]``: the RTT samples and sojourns, a group of connections at
-    a time, chunked.py, kept as `Samples`: rows on disk, values in memory) and the
-    queues: the same dict as `analyse`, with the same summary."""
-    parts = a.captured.get("latency") or {}
-    for v in parts.values():
-        if isinstance(v, Exception):
-            raise v
-    rtt, soj = parts["rtt"], parts["sojourn"]
+    (``a.captured["latency"]``, a `LatencyPass`: the RTT samples and sojourns, a group
+    of connections at a time, chunked.py, kept as `Samples`) and the queues: the same
+    dict as `analyse`, with the same summary (within the stated error of the samples'
+    quantile sketch once a table outgrows samples.EXACT_SAMPLES). An Analysis made
+    without that pass: `analyse` of its packet table."""
+    reduced = a.captured.get("latency")
+    if isinstance(reduced, Exception):
+        raise reduced
+    if reduced is None:
+        return analyse(a)
+    rtt, soj = reduced.rtt, reduced.sojourn
     qd = queue_delay(a.tables.get("queues_d"), a.fabric)
     return {"rtt": rtt, "queue_delay": qd, "sojourn": soj,
             "summary": summary_table(rtt, qd, soj, a.fabric)}
@@ -131,4 +154,4 @@ def sections(a, figs: dict) -> list:
 STAGE = Stage("latency", ("tcp", "flows", "queues_d", "fabric"), compute=from_reduced,
               metrics=summary, render=sections,
               figures=lambda a, plot_dir: {"latency": figure(a, Path(plot_dir) / "latency.png")},
-              after="retransmissions", what="latency under load")
+              after="retransmissions", what="latency under load", reduce=LatencyPass)

@@ -20,12 +20,10 @@ import pandas as pd
 from incastlab.topologies.fabricmap import FabricMap
 
 from . import chunked
-from .failover import EVENTS_FILE
 from . import episodes as ep
 from . import flowroles as fr
 from . import inputs as inp
 from . import network_cost
-from . import latency as lat
 from . import metrics as mt
 from . import multijob as mj
 from . import queues as qmod
@@ -207,25 +205,22 @@ def _read_captures(r: _Reading, cache: bool) -> chunked.CaptureStore:
 
 
 def _tcp_tables(r: _Reading, store, chunk_packets: int) -> dict:
-    """The TCP tables of every connection, in one pass over the store."""
+    """The TCP tables of every connection, in one pass over the store that also feeds
+    the report stages' reducers (stages.Stage.reduce: latency's samples, failover's
+    per-flow rows), so that no stage needs the run's packets in memory."""
+    from .stages import declared
+
     fabric, manifest = r.files["fabric"], r.files["manifest"]
+    reducers = {s.name: s.reduce(r.run_dir, fabric, manifest) for s in declared() if s.reduce}
+    reducers = {name: red for name, red in reducers.items() if red is not None}
     # "spurious" means the receiver already had the data: only the capture at the
     # destination host can say so (one upstream of a drop would call the repair of a
     # real loss spurious, as with a deleted receiver pcap); others stay unknown (NaN).
-    # latency.py's per-flow tables are reduced on the same pass over the connections,
-    # each chunk's rows appended to a file and only their values kept (lat.Samples:
-    # one row per sample for the whole run would grow with it)
-    kept = {"rtt": lat.Samples(lat.RTT_COLUMNS, "rtt_s", lat.RTT_KEYS),
-            "sojourn": lat.Samples(lat.SOJOURN_COLUMNS, "sojourn_s", lat.SOJOURN_KEYS)}
-    extra = {"rtt": (lambda d, _fl, fs: kept["rtt"].add(
-                 lat.rtt_samples(d, fs, fabric, manifest)), None),
-             "sojourn": (lambda d, _fl, fs: kept["sojourn"].add(
-                 lat.sojourns(d, fs, fabric)), None)}
     tt = chunked.analyse_tcp(store, rto_threshold_s=r.rto_threshold_s,
                              at_host=lambda fl: received_at_host(fl, fabric),
                              windows=r.files["windows"], chunk_packets=chunk_packets,
-                             extra=extra)
-    tt.extra = {k: v if isinstance(v, Exception) else kept[k] for k, v in tt.extra.items()}
+                             extra={name: (red.add, None) for name, red in reducers.items()})
+    captured = {k: v if isinstance(v, Exception) else reducers[k] for k, v in tt.extra.items()}
     flows = tt.flows
     for row in tt.reused.drop_duplicates("flow").itertuples(index=False):
         r.problems.append(f"flow {row.flow} carried {row.connections} connections (same "
@@ -241,18 +236,18 @@ def _tcp_tables(r: _Reading, store, chunk_packets: int) -> dict:
                           "unseen.")
     t = {"flows": flows, "retrans": tt.retrans, "recovery_episodes": tt.recovery_episodes,
          "lost": tt.losses, "spurious": spurious, "flow_summary": tt.flow_summary,
-         "throughput": tt.throughput, "flow_bytes": tt.flow_bytes, "latency": tt.extra,
+         "throughput": tt.throughput, "flow_bytes": tt.flow_bytes, "captured": captured,
          "attributed": rec.attribute_losses(tt.losses, fabric, r.files["queues"],
                                             r.files["flow_paths"])}
-    t["tcp"] = _tcp_sample(r, store, chunk_packets, flows, tt.flow_summary, tt.retrans)
+    t["tcp"] = _tcp_sample(store, chunk_packets, flows, tt.flow_summary, tt.retrans)
     return t
 
 
-def _tcp_sample(r: _Reading, store, chunk_packets, flows, fsum, retrans) -> pd.DataFrame:
-    """tables["tcp"], for the views that read packets themselves (render.py's sequence
-    graph, failover.py): all TCP packets when they fit in one chunk; beyond that only
-    the connection of the worst flow (the sequence graph's), so that the run's packets
-    are never all in memory at once."""
+def _tcp_sample(store, chunk_packets, flows, fsum, retrans) -> pd.DataFrame:
+    """tables["tcp"], for the view that reads packets itself (render.py's sequence
+    graph): all TCP packets when they fit in one chunk; beyond that only the connection
+    of the worst flow (the sequence graph's), so that the run's packets are never all in
+    memory at once."""
     if store.rows <= chunk_packets:
         return store.frame()
     worst = fr.worst_flow(fsum, retrans)
@@ -262,12 +257,6 @@ def _tcp_sample(r: _Reading, store, chunk_packets, flows, fsum, retrans) -> pd.D
         h = int(chunked.connection_hash(f.src, f.dst, f.sport, f.dport))
         sample = store.frame(h, h + 1)
     sample.attrs["only_connection_of"] = worst
-    if (r.run_dir / EVENTS_FILE).exists():
-        r.problems.append(f"The run's {store.rows} TCP packets are more than one chunk of "
-                          f"the analysis ({chunk_packets}): the events' failover table "
-                          "and figure see only the packets of the worst flow's connection "
-                          "(analyse(chunk_packets=...) larger to see all, at ~300 bytes "
-                          "a packet).")
     return sample
 
 
@@ -370,8 +359,7 @@ def _assemble(r: _Reading, t: dict, net: dict, tr: dict, store_range, jobs) -> A
     status, reason = rundir.run_status(f["manifest"])
     a = Analysis(r.run_dir, f["manifest"], f["spec"], f["fabric"], status, reason, t0, t1,
                  missing=r.missing, problems=r.problems, inputs=inventory,
-                 jobs=dict(jobs or {}), captured={"latency": t["latency"],
-                                                  "jobs": f["job_ports"]})
+                 jobs=dict(jobs or {}), captured={**t["captured"], "jobs": f["job_ports"]})
     a.tables = {"queues_d": net["queues_d"], "queue_summary": net["queue_summary"],
                 "flows": t["flow_summary"], "throughput": t["throughput"],
                 "retrans": t["retrans"], "recovery_episodes": t["recovery_episodes"],

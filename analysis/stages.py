@@ -12,6 +12,13 @@ stages fidelity, failover, latency and multi-job declare in their own modules, t
 stage's sections after the stage its ``after`` names (the page's order; None: in list
 order), as Flent's declared PLOTS feed every output.
 
+A stage that reads packets declares ``reduce``: reading.py makes its reducer before the
+TCP analysis's one pass over the captures and calls ``reducer.add(packets, flows,
+flow_summary, retrans)`` on every group of connections (chunked.analyse_tcp: a
+connection's packets, both ways and at every capture, are all in one group); the
+reducer is then ``Analysis.captured[name]`` (or the exception it raised), for the
+stage's ``compute``. Only what it keeps stays in memory, never the run's packets.
+
 Nothing here imports pandas or matplotlib: the job plugins import :class:`Section`
 when a spec is validated.
 """
@@ -45,6 +52,9 @@ class Stage:
     figures: Callable[[Any, Any], dict] | None = None  # (analysis, plot dir) -> {name: path}
     after: str | None = None  # the stage whose sections this one's follow on the page
     what: str = ""  # how a failure of its compute is named among the run's problems
+    # (run_dir, fabric, manifest) -> a reducer of the one pass over the captures, or None
+    # when the run has nothing for it; see the module docstring
+    reduce: Callable[[Any, Any, Any], Any] | None = None
 
 
 _REGISTERED: list[Stage] = []

@@ -4,6 +4,8 @@ Used by the tests (and handy for trying the report without Mininet): `TcpScript`
 writes a sender-side and a receiver-side pcap of one TCP connection in which the
 caller places each loss, retransmission, duplicate ACK and reordering by hand;
 `make_run_dir` writes a complete small run directory around such captures.
+`write_tcp_pcap` writes packets given as columns, vectorised, and `make_bulk_run` a run
+of any number of packets with it (the memory tests and benchmarks/analysis_memory.py).
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import json
 import struct
 from pathlib import Path
 
+import numpy as np
 from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 
@@ -336,3 +339,126 @@ def make_demo_run(run_dir, status="complete", reason="", t0=1_700_000_000.0) -> 
                   "episodes": 3, "incast_episodes": 1, "iterations_with_rto": 2,
                   "lost_port": "lf2-eth1"})
     return truth
+
+
+# ---------------------------------------------------------------- many packets, fast
+
+_RECORD = [("sec", "<u4"), ("frac", "<u4"), ("caplen", "<u4"), ("origlen", "<u4"),
+           ("eth", "V12"), ("eth_type", ">u2"), ("vihl", "u1"), ("tos", "u1"),
+           ("ip_len", ">u2"), ("ip_id", ">u2"), ("frag", ">u2"), ("ttl", "u1"),
+           ("proto", "u1"), ("ip_sum", ">u2"), ("src", ">u4"), ("dst", ">u4"),
+           ("sport", ">u2"), ("dport", ">u2"), ("seq", ">u4"), ("ack", ">u4"),
+           ("doff", "u1"), ("flags", "u1"), ("win", ">u2"), ("tcp_sum", ">u2"),
+           ("urg", ">u2")]
+HEADERS = 54  # bytes of each record written by write_tcp_pcap: Ethernet, IPv4, TCP
+
+
+def write_tcp_pcap(path, packets, t0=0.0, mode="wb") -> int:
+    """Write TCP packets given as columns (a DataFrame or a dict of arrays: t seconds
+    after `t0`, src and dst as uint32 addresses, sport, dport, seq, ack, flags,
+    payload_len, ip_id) to a classic pcap at `path`, as `tcpdump -s 54` would capture
+    them: headers only (no options), each record's original length counting its
+    payload. Vectorised (millions of packets a second, where write_pcap's Scapy frames
+    take a millisecond each); the rows are written in the order given. `mode="ab"`
+    appends records to a file this function began. Returns the packets written."""
+    n = len(packets["t"])
+    rec = np.zeros(n, np.dtype(_RECORD))
+    ts = np.round((t0 + np.asarray(packets["t"], float)) * 1e6).astype(np.int64)
+    rec["sec"], rec["frac"] = ts // 1_000_000, ts % 1_000_000
+    payload = np.asarray(packets["payload_len"], np.int64)
+    rec["caplen"], rec["origlen"] = HEADERS, HEADERS + payload
+    rec["eth"] = b"\x00\x00\x00\x00\x00\x02\x00\x00\x00\x00\x00\x01"
+    rec["eth_type"], rec["vihl"], rec["frag"], rec["ttl"], rec["proto"] = \
+        0x0800, 0x45, 0x4000, 64, 6
+    rec["ip_len"] = 40 + payload
+    rec["doff"], rec["win"] = 5 << 4, 65535
+    for name in ("ip_id", "src", "dst", "sport", "dport", "seq", "ack", "flags"):
+        rec[name] = np.asarray(packets[name]).astype(rec.dtype[name].newbyteorder("="))
+    with open(path, mode) as fh:
+        if mode == "wb":
+            fh.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, HEADERS, 1))
+        fh.write(rec.tobytes())
+    return n
+
+
+def bulk_flows(fabric, connections_per_pair=4, base_port=40000):
+    """Flows for make_bulk_run: every host sends to the host `hosts_per_leaf` places
+    on (a host on the next leaf), over `connections_per_pair` connections; rows (src
+    host, dst host, sport, dport)."""
+    hosts = list(fabric.hosts)
+    out = []
+    for i, h in enumerate(hosts):
+        peer = hosts[(i + fabric.hosts_per_leaf) % len(hosts)]
+        for c in range(connections_per_pair):
+            out.append((h, peer, base_port + i * connections_per_pair + c, 29500 + c))
+    return out
+
+
+def make_bulk_run(run_dir, packets: int, *, leaves=4, hosts_per_leaf=4, spines=2,
+                  connections_per_pair=4, gap_s=50e-6, seed=1, t0=1_700_000_000.0) -> dict:
+    """A run directory of about `packets` captured TCP packets (a multiple of 4 x the
+    flows): a leaf-spine fabric map and one capture per host interface. Each flow sends
+    MSS-byte segments every `gap_s`, each captured at its sender's and its receiver's
+    interface and ACKed once, the ACK captured at both; one-way delays vary (each way a FIFO queue
+    with exponential service times, seeded: packets stay in order). No losses. Written one capture
+    and one time window at a time, so memory stays small at any size. Returns {packets,
+    flows, segments_per_flow, captures}."""
+    from .pcap import ip_to_int
+    run_dir = Path(run_dir)
+    fabric = demo_fabric(spines, leaves, hosts_per_leaf, rate_mbps=1000.0)
+    make_run_dir(run_dir, fabric=fabric, t0=t0)
+    (run_dir / rf.PCAP_DIR).mkdir(exist_ok=True)
+    flows = bulk_flows(fabric, connections_per_pair)
+    segs = max(packets // (4 * len(flows)), 1)
+    window = 200_000  # segments of each flow generated at once
+    for h in fabric.hosts:
+        path = run_dir / rf.PCAP_DIR / f"{h.intf}.pcap"
+        mode = "wb"
+        for k0 in range(0, segs, window):
+            cols = [_bulk_side(f, j, h, k0, min(k0 + window, segs), gap_s, seed, ip_to_int)
+                    for j, f in enumerate(flows) if h in (f[0], f[1])]
+            merged = {c: np.concatenate([x[c] for x in cols]) for c in cols[0]}
+            order = np.argsort(merged["t"], kind="stable")
+            write_tcp_pcap(path, {c: v[order] for c, v in merged.items()}, t0, mode)
+            mode = "ab"
+    return {"packets": 4 * segs * len(flows), "flows": len(flows),
+            "segments_per_flow": segs, "captures": len(fabric.hosts)}
+
+
+def _fifo_delay(rng, n, gap_s, load):
+    """Delays of n packets arriving every `gap_s` at a FIFO queue whose service times are
+    exponential (mean load x gap_s): wait + service, the Lindley recursion in closed
+    form (w_k = S_k - min(0, min_j<=k S_j), S the running sum of service - gap), so the
+    packets leave in the order they came, as a real queue keeps them."""
+    service = rng.exponential(load * gap_s, n)
+    walk = np.cumsum(service - gap_s)
+    wait = walk - np.minimum(np.minimum.accumulate(walk), 0.0)
+    return np.concatenate([[0.0], wait[:-1]]) + service
+
+
+def _bulk_side(flow, j, host, k0, k1, gap_s, seed, ip_to_int) -> dict:
+    """Flow `flow` (number j) seen at `host`'s interface, segments k0..k1-1: its data
+    and ACKs (the sender's view or the receiver's)."""
+    src, dst, sport, dport = flow
+    k = np.arange(k0, k1, dtype=np.int64)
+    rng = np.random.default_rng([seed, j, k0])
+    base = 0.001 + (j % 97) * 1e-5 + k * gap_s
+    fwd = 50e-6 + _fifo_delay(rng, len(k), gap_s, 0.9)   # sender -> receiver capture
+    back = 50e-6 + _fifo_delay(rng, len(k), gap_s, 0.5)  # the ACK's way back
+    hold = 20e-6
+    at_sender = host == src
+    t_data = base if at_sender else base + fwd
+    t_ack = base + fwd + hold + (back if at_sender else 0.0)
+    isn, risn = 1000 + 7919 * j, 5000
+    n = len(k)
+    cat = np.concatenate
+    return {"t": cat([t_data, t_ack]),
+            "src": cat([np.full(n, ip_to_int(src.ip)), np.full(n, ip_to_int(dst.ip))]),
+            "dst": cat([np.full(n, ip_to_int(dst.ip)), np.full(n, ip_to_int(src.ip))]),
+            "sport": cat([np.full(n, sport), np.full(n, dport)]),
+            "dport": cat([np.full(n, dport), np.full(n, sport)]),
+            "seq": cat([(isn + 1 + k * MSS) % (1 << 32), np.full(n, risn + 1)]),
+            "ack": cat([np.full(n, risn + 1), (isn + 1 + (k + 1) * MSS) % (1 << 32)]),
+            "flags": cat([np.full(n, 0x18), np.full(n, 0x10)]),
+            "payload_len": cat([np.full(n, MSS), np.zeros(n, np.int64)]),
+            "ip_id": cat([(k + 1) % 65535 + 1, (k + 7) % 65535 + 1])}

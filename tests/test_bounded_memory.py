@@ -202,8 +202,8 @@ def test_report_is_the_same_in_one_chunk_and_in_one_per_connection(run, tmp_path
         assert list(csvs[0].columns) == list(full[kind].columns)
         assert len(csvs[0]) == len(full[kind])
         pd.testing.assert_frame_equal(_sorted(csvs[0]), _sorted(csvs[1]), obj=name)
-    # the packets themselves: all of them while they fit in one chunk (failover.py reads
-    # them), else only the worst flow's connection (the sequence graph's)
+    # the packets themselves: all of them while they fit in one chunk, else only the
+    # worst flow's connection (the sequence graph's)
     every = tcp.combine({p.stem: read_pcap(p, cache=False)
                          for p in sorted((run / "pcap").glob("*.pcap"))})
     assert len(one.tables["tcp"]) == len(every)

@@ -163,3 +163,108 @@ def test_the_summary_counts_only_the_flows_that_reached_a_new_path(tmp_path):
     summary = res["summary"].set_index("event")
     assert (summary.loc[0, "flows_on_link"], summary.loc[0, "moved"]) == (1, 1)
     assert (summary.loc[1, "flows_on_link"], summary.loc[1, "moved"]) == (1, 0)
+
+
+# ---- a run larger than one chunk of the analysis ----------------------------------------
+
+T0 = 1_700_000_000.0
+
+
+def _chunked_failover_run(run_dir, connections=24, every_s=0.005, until_s=1.5, t_fail=1.0):
+    """h1, h2 (lf1) -> h3, h4 (lf2) over `connections` connections, a segment every
+    `every_s`, captured at the sending host, at lf1's uplink to its spine and at the
+    receiving host, each arrival ACKed cumulatively (captured at both hosts). Even
+    connections use sp1; lf2-sp1 goes down at `t_fail`: connection c's segments sent on
+    sp1 from 10 ms before it until c/2 ms after it are lost (seen on the uplink, not at
+    the receiver), and from (20 + c) ms later it sends on sp2, the lost ones first."""
+    from analysis import synthetic
+
+    fabric = synthetic.demo_fabric()
+    synthetic.make_run_dir(run_dir, fabric=fabric, t0=T0)
+    hosts = {h.name: h for h in fabric.hosts}
+    rows = {}
+
+    def put(iface, t, src, dst, sport, dport, seq, ack, payload, ip_id):
+        rows.setdefault(iface, []).append((t, src, dst, sport, dport, seq, ack,
+                                           0x18 if payload else 0x10, payload, ip_id))
+
+    for c in range(connections):
+        s, d = hosts[("h1", "h2")[c % 2]], hosts[("h3", "h4")[(c // 2) % 2]]
+        src, dst, sport, dport = ip_to_int(s.ip), ip_to_int(d.ip), 41000 + c, 5000 + c
+        sends = []  # (t, segment, uplink, lost)
+        old_up = "lf1-eth3" if c % 2 == 0 else "lf1-eth4"
+        cut = t_fail + c * 0.0005
+        resume = cut + 0.020 + c * 0.001
+        lost = []
+        for k, t in enumerate(np.arange(0.0, until_s, every_s)):
+            if old_up == "lf1-eth3" and cut < t < resume:
+                continue  # nothing sent while the flow has no path
+            moved = old_up == "lf1-eth3" and t >= resume
+            if moved and lost:
+                sends += [(resume + i * 1e-4, seg, "lf1-eth4", False)
+                          for i, seg in enumerate(lost)]
+                lost = []
+            gone = old_up == "lf1-eth3" and t_fail - 0.010 < t <= cut
+            sends.append((max(t, resume + 0.003) if moved else t, k,
+                          "lf1-eth4" if moved else old_up, gone))
+            if gone:
+                lost.append(k)
+        got, expected = set(), 0
+        for ip_id, (t, seg, up, gone) in enumerate(sends, start=1):
+            seq = (1000 + 1 + seg * 1000) % (1 << 32)
+            put(s.intf, t, src, dst, sport, dport, seq, 1, 1000, ip_id)
+            put(up, t + 1e-4, src, dst, sport, dport, seq, 1, 1000, ip_id)
+            if gone:
+                continue
+            put(d.intf, t + 3e-4, src, dst, sport, dport, seq, 1, 1000, ip_id)
+            got.add(seg)
+            while expected in got:
+                expected += 1
+            ack = (1000 + 1 + expected * 1000) % (1 << 32)
+            for iface, dt in ((d.intf, 3.5e-4), (s.intf, 6.5e-4)):
+                put(iface, t + dt, dst, src, dport, sport, 1, ack, 0, 30000 + ip_id)
+    cols = ["t", "src", "dst", "sport", "dport", "seq", "ack", "flags", "payload_len",
+            "ip_id"]
+    (run_dir / "pcap").mkdir(exist_ok=True)
+    for iface, r in rows.items():
+        df = pd.DataFrame(r, columns=cols).sort_values("t", kind="stable")
+        synthetic.write_tcp_pcap(run_dir / "pcap" / f"{iface}.pcap", df, T0)
+    ev = {"kind": "apply", "index": 0, "action": "link_down", "t": T0 + t_fail,
+          "t_rel_s": t_fail, "params": {"link": ["lf2", "sp1"]}, "ok": True, "result": {}}
+    (run_dir / "events.jsonl").write_text(json.dumps(ev) + "\n")
+    return fabric, sum(len(r) for r in rows.values())
+
+
+def test_failover_of_a_run_larger_than_one_chunk_is_that_of_all_its_packets(tmp_path):
+    """The report analyses the captures a group of connections at a time and keeps only
+    one connection's packets beyond one chunk; failover's tables and the events figure's
+    packet counts come from every packet all the same: equal to failover.py on the whole
+    packet table at once (tcp.combine of every capture)."""
+    from analysis import tcp
+    from analysis.pcap import read_pcap
+    from incastlab.commands.common import analyse
+
+    run = tmp_path / "run"
+    fabric, n = _chunked_failover_run(run)
+    whole = tcp.combine({p.stem: read_pcap(p, cache=False)
+                         for p in sorted((run / "pcap").glob("*.pcap"))})
+    retrans, _ = tcp.retransmissions(whole, tcp.data_flows(whole))
+    want = fo.analyse_events(run, whole, fabric, retrans)
+    chunk = 4000
+    a = analyse(run, cache=False, chunk_packets=chunk)
+    assert len(whole) == n > 8 * chunk
+    assert a.tables["tcp"].attrs.get("only_connection_of")  # beyond one chunk indeed
+    got = a.tables["events"]
+    # the scenario: the 12 connections on sp1 all moved to sp2, each losing segments
+    assert len(want["flows"]) == 12 and want["flows"]["new_spine"].eq("sp2").all()
+    assert (want["flows"]["lost"] >= 2).all() and (want["flows"]["failover_s"] > 0.02).all()
+    for name in ("flows", "summary", "events"):
+        pd.testing.assert_frame_equal(got[name], want[name], obj=name)
+    spine = fo.spine_packets(whole, fabric)
+    on_uplinks = whole["iface"].isin(["lf1-eth3", "lf1-eth4"]) & (whole["payload_len"] > 0)
+    assert set(spine["spine"]) == {"sp1", "sp2"} and spine["packets"].sum() == on_uplinks.sum()
+    pd.testing.assert_frame_equal(got["spine_packets"], spine, obj="spine_packets")
+    # and the same as the report's in one chunk
+    one = analyse(run, cache=False, chunk_packets=10**9).tables["events"]
+    for name in ("flows", "summary", "spine_packets"):
+        pd.testing.assert_frame_equal(one[name], got[name], obj=name)
