@@ -69,7 +69,8 @@ MODULES: dict[str, list[str]] = {
                               "tests/test_analysis_reconcile_mutants.py"],
     **{module: PCAP_TESTS for module in (
         "analysis/pcap.py", "analysis/pcaprecords.py", "analysis/pcapdissect.py")},
-    "analysis/attribution.py": ["tests/test_analysis_attribution.py"],
+    "analysis/attribution.py": ["tests/test_analysis_attribution.py",
+                                "tests/test_attribution_mutants.py"],
     "analysis/training.py": ["tests/test_analysis_training.py", "tests/test_jobs_ps_modes.py"],
     "analysis/alphabeta.py": BOUND_TESTS,
     **{f"incastlab/jobs/{kind}_bound.py": BOUND_TESTS
@@ -81,6 +82,7 @@ MODULES: dict[str, list[str]] = {
         "incastlab/spec/validation.py", "incastlab/spec/sweeps.py",
         "incastlab/spec/layout.py", "topologies/placement.py")},
 }
+EQUIVALENT = ROOT / "benchmarks" / "mutation_equivalent.json"
 # repository folders mapped into the incastlab namespace by setup.py
 MAPPED = ["analysis", "apps", "controller", "topologies"]
 # data the tests read relative to the repository root: specs/ (test_spec), and the
@@ -100,6 +102,13 @@ def source_file(module: str) -> str:
 def scope(module: str) -> list[str]:
     """The mutant-name patterns an entry scores (empty: all of its file's mutants)."""
     return SCOPES[source_file(module)] if module.endswith(" (bound)") else []
+
+
+def equivalent_survivors() -> dict[str, dict[str, str]]:
+    """{module: {mutant: why it changes no result}}: the survivors reviewed and kept
+    (benchmarks/mutation_equivalent.json); every other survivor wants a test."""
+    data = json.loads(EQUIVALENT.read_text()) if EQUIVALENT.exists() else {}
+    return {k: v for k, v in data.items() if not k.startswith("_")}
 
 
 def installed_path(module: str) -> str:
@@ -278,8 +287,10 @@ def run_module(module: str, src: Path, workdir: Path, children: int, timeout_s: 
     survived = sorted(k for k, v in res.items() if v in SURVIVED)
     other = sorted(k for k, v in res.items() if v not in KILLED | SURVIVED)
     n = len(res)
+    reviewed = equivalent_survivors().get(module, {})
+    equivalent = [k for k in survived if k in reviewed]
     row = {"module": module, "tests": tests, "mutants": n, "killed": len(killed),
-           "survived": len(survived), "other": len(other),
+           "survived": len(survived), "other": len(other), "equivalent": len(equivalent),
            "score": round(len(killed) / n, 4) if n else None,
            "elapsed_s": round(elapsed, 1), "mutmut_rc": rc, "log": str(log),
            "failing_before": broken,
@@ -291,7 +302,10 @@ def run_module(module: str, src: Path, workdir: Path, children: int, timeout_s: 
     print(f"   mutants {n}  killed {len(killed)}  survived {len(survived)}  "
           f"other {len(other)}  score {len(killed) / n:.1%}")
     for name in survived:
-        print(f"   survived: {name}")
+        print(f"   survived: {name}" + (f"  (equivalent: {reviewed[name]})"
+                                        if name in reviewed else "  (not reviewed)"))
+    for name in sorted(k for k in reviewed if k not in survived and (k in res or not only)):
+        print(f"   stale review (no longer a survivor): {name}")
     for name in other:
         print(f"   not killed ({res[name]}): {name}")
     if show_diffs:
@@ -337,7 +351,8 @@ def main(argv=None) -> int:
     figures = {"benchmark": "mutation_score",
                "modules": {r["module"]: {k: r[k] for k in
                                          ("mutants", "killed", "survived", "other",
-                                          "score", "elapsed_s")} for r in rows}}
+                                          "equivalent", "score", "elapsed_s")}
+                           for r in rows}}
     print(json.dumps(figures))
     from render_results import write_results  # benchmarks/, the script's own folder
     write_results(args.results, figures)
