@@ -39,19 +39,50 @@ ROOT = Path(__file__).resolve().parent.parent
 SPEC_TESTS = ["tests/test_spec.py", "tests/test_spec_mutants.py", "tests/test_placement.py",
               "tests/test_check_command.py", "tests/test_events.py", "tests/test_hostevents.py",
               "tests/test_multijob.py", "tests/test_queue_bytes.py", "tests/test_jumbo.py"]
+# the capture parser, split in three (framing, dissection, the DataFrame and its cache),
+# is tested as one: every file reads real and corrupted captures end to end
+PCAP_TESTS = ["tests/test_analysis_pcap.py", "tests/test_analysis_pcap_mutants.py",
+              "tests/test_pcap_mutants.py"]
+# the cost models (the headline's "fraction of the bound"): the alpha-beta primitives and
+# every job's bound, against the tests that derive a bound's number from its formula
+BOUND_TESTS = ["tests/test_analysis_alphabeta.py", "tests/test_allreduce_bounds.py",
+               "tests/test_network_cost.py", "tests/test_jobs.py",
+               "tests/test_jobs_allreduce.py", "tests/test_jobs_model_parallel.py",
+               "tests/test_jobs_moe.py", "tests/test_jobs_ps_modes.py",
+               "tests/test_jumbo_jobs.py", "tests/test_alphabeta_mutants.py",
+               "tests/test_bound_mutants.py"]
+# the bound's pieces still in a job kind's module (Job.bound, which gathers the bound's
+# inputs from the run, schedule_s and the helpers only they use): scored by mutant name,
+# "<file> (bound)" in MODULES; the rest of those modules (commands, tables, figures) is not
+SCOPES: dict[str, list[str]] = {
+    "incastlab/jobs/incast.py": ["*.x_collapse_condition__mutmut_*", "*ǁbound__mutmut_*"],
+    "incastlab/jobs/moe.py": ["*ǁbound__mutmut_*"],
+    "incastlab/jobs/pipeline.py": ["*ǁbound__mutmut_*", "*ǁschedule_s__mutmut_*"],
+    "incastlab/jobs/ps.py": ["*ǁbound__mutmut_*", "*ǁschedule_s__mutmut_*"],
+    "incastlab/jobs/ring.py": ["*ǁbound__mutmut_*", "*.x_exposed_bound__mutmut_*"],
+    "incastlab/jobs/tensor.py": ["*ǁbound__mutmut_*", "*.x_alpha_s__mutmut_*"],
+}
 # module -> the unit-test files that exercise it (only these run against its mutants)
 MODULES: dict[str, list[str]] = {
     "analysis/tcp.py": ["tests/test_analysis_tcp.py", "tests/test_analysis_tcp_mutants.py"],
     "analysis/reconcile.py": ["tests/test_analysis_units.py",
                               "tests/test_analysis_reconcile_mutants.py"],
-    "analysis/pcap.py": ["tests/test_analysis_pcap.py", "tests/test_analysis_pcap_mutants.py",
-                         "tests/test_pcap_mutants.py"],
+    **{module: PCAP_TESTS for module in (
+        "analysis/pcap.py", "analysis/pcaprecords.py", "analysis/pcapdissect.py")},
+    "analysis/attribution.py": ["tests/test_analysis_attribution.py",
+                                "tests/test_attribution_mutants.py"],
+    "analysis/training.py": ["tests/test_analysis_training.py", "tests/test_jobs_ps_modes.py"],
+    "analysis/alphabeta.py": BOUND_TESTS,
+    **{f"incastlab/jobs/{kind}_bound.py": BOUND_TESTS
+       for kind in ("incast", "moe", "pipeline", "ps", "ring", "tensor")},
+    **{f"{path} (bound)": BOUND_TESTS for path in SCOPES},
     # the spec package's modules and the placement it uses, each against the spec tests
     **{module: SPEC_TESTS for module in (
         "incastlab/spec/schema.py", "incastlab/spec/loading.py",
         "incastlab/spec/validation.py", "incastlab/spec/sweeps.py",
         "incastlab/spec/layout.py", "topologies/placement.py")},
 }
+EQUIVALENT = ROOT / "benchmarks" / "mutation_equivalent.json"
 # repository folders mapped into the incastlab namespace by setup.py
 MAPPED = ["analysis", "apps", "controller", "topologies"]
 # data the tests read relative to the repository root: specs/ (test_spec), and the
@@ -63,8 +94,26 @@ KILLED = {1, 3}
 SURVIVED = {0}
 
 
+def source_file(module: str) -> str:
+    """The file a MODULES entry mutates: 'incastlab/jobs/ps.py (bound)' -> its path."""
+    return module.removesuffix(" (bound)")
+
+
+def scope(module: str) -> list[str]:
+    """The mutant-name patterns an entry scores (empty: all of its file's mutants)."""
+    return SCOPES[source_file(module)] if module.endswith(" (bound)") else []
+
+
+def equivalent_survivors() -> dict[str, dict[str, str]]:
+    """{module: {mutant: why it changes no result}}: the survivors reviewed and kept
+    (benchmarks/mutation_equivalent.json); every other survivor wants a test."""
+    data = json.loads(EQUIVALENT.read_text()) if EQUIVALENT.exists() else {}
+    return {k: v for k, v in data.items() if not k.startswith("_")}
+
+
 def installed_path(module: str) -> str:
     """'analysis/tcp.py' -> 'incastlab/analysis/tcp.py' (the namespace setup.py builds)."""
+    module = source_file(module)
     top = module.split("/", 1)[0]
     return f"incastlab/{module}" if top in MAPPED else module
 
@@ -188,7 +237,9 @@ def source_tree(workdir: Path, ref: str | None) -> Path:
 def run_module(module: str, src: Path, workdir: Path, children: int, timeout_s: float,
                show_diffs: bool, rerun: bool, only: list[str] = ()) -> dict:
     tests = [t for t in MODULES[module] if (src / t).exists()]
-    scratch = workdir / module.replace("/", "_").removesuffix(".py")
+    only = list(only) or scope(module)  # --only narrows an entry's own scope
+    scratch = workdir / (source_file(module).replace("/", "_").removesuffix(".py")
+                         + ("-bound" if scope(module) else ""))
     previous = read_results(scratch, module) if rerun else {}
     if previous:
         # Keep the last run's verdicts and re-run only the mutants it did not kill,
@@ -236,8 +287,10 @@ def run_module(module: str, src: Path, workdir: Path, children: int, timeout_s: 
     survived = sorted(k for k, v in res.items() if v in SURVIVED)
     other = sorted(k for k, v in res.items() if v not in KILLED | SURVIVED)
     n = len(res)
+    reviewed = equivalent_survivors().get(module, {})
+    equivalent = [k for k in survived if k in reviewed]
     row = {"module": module, "tests": tests, "mutants": n, "killed": len(killed),
-           "survived": len(survived), "other": len(other),
+           "survived": len(survived), "other": len(other), "equivalent": len(equivalent),
            "score": round(len(killed) / n, 4) if n else None,
            "elapsed_s": round(elapsed, 1), "mutmut_rc": rc, "log": str(log),
            "failing_before": broken,
@@ -249,7 +302,10 @@ def run_module(module: str, src: Path, workdir: Path, children: int, timeout_s: 
     print(f"   mutants {n}  killed {len(killed)}  survived {len(survived)}  "
           f"other {len(other)}  score {len(killed) / n:.1%}")
     for name in survived:
-        print(f"   survived: {name}")
+        print(f"   survived: {name}" + (f"  (equivalent: {reviewed[name]})"
+                                        if name in reviewed else "  (not reviewed)"))
+    for name in sorted(k for k in reviewed if k not in survived and (k in res or not only)):
+        print(f"   stale review (no longer a survivor): {name}")
     for name in other:
         print(f"   not killed ({res[name]}): {name}")
     if show_diffs:
@@ -295,7 +351,8 @@ def main(argv=None) -> int:
     figures = {"benchmark": "mutation_score",
                "modules": {r["module"]: {k: r[k] for k in
                                          ("mutants", "killed", "survived", "other",
-                                          "score", "elapsed_s")} for r in rows}}
+                                          "equivalent", "score", "elapsed_s")}
+                           for r in rows}}
     print(json.dumps(figures))
     from render_results import write_results  # benchmarks/, the script's own folder
     write_results(args.results, figures)
