@@ -18,11 +18,15 @@ demo: install
 
 # pytest exit 5 (no tests collected) must fail, not pass: it means the suite is broken.
 # The two tiers run one after the other so that each prints its own coverage (a number
-# to watch, docs/testing.md); the root tier's skips itself without root.
+# to watch, docs/testing.md); the root tier's skips itself without root. The unit tier
+# runs on every core (pytest-xdist; a module's tests stay on one worker, so a module-scoped
+# fixture is built once), the root tier one test at a time (one machine-wide run lock).
+# Each prints its 25 slowest tests.
 test: install
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -ra -m "not root" --cov --cov-report=term:skip-covered
-	$(PY) -m pytest -ra -m root --cov --cov-report=term:skip-covered
+	$(PY) -m pytest -ra -m "not root" -n auto --dist loadscope --durations=25 \
+		--cov --cov-report=term:skip-covered
+	$(PY) -m pytest -ra -m root --durations=25 --cov --cov-report=term:skip-covered
 
 lint:
 	$(VENV)/bin/ruff check .

@@ -109,7 +109,7 @@ def test_the_default_map_is_written_exactly_as_before():
 @pytest.mark.parametrize("topo", [LeafSpineTopo(2, 2, 2, mtu=9000),
                                   LeafSpineTopo(1, 2, 3, mtu=4000, queue_bytes=30_000),
                                   StarTopo(senders=3, mtu=9000, queue_bytes=100_000)],
-                         ids=repr)
+                         ids=["2x2x2-mtu9000", "1x2x3-mtu4000-bytes", "star3-mtu9000-bytes"])
 def test_round_trip_with_mtu(topo, tmp_path):
     fmap = topo.fabric_map()
     data = json.loads(fmap.to_json())
