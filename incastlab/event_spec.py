@@ -314,7 +314,7 @@ def event_problems(raw) -> list[str]:
         if name is None:
             errors.append(f"{where}.action: missing; allowed: {', '.join(registry)}")
             continue
-        if name not in registry:
+        if not isinstance(name, str) or name not in registry:
             hint = did_you_mean(name, registry) if isinstance(name, str) else ""
             errors.append(f"{where}.action: {name!r} is not one of {', '.join(registry)}"
                           f"{hint}")

@@ -109,7 +109,7 @@ def _switch_fields(ev: Event, scene: Scene) -> list[str]:
     name = ev.get("switch")
     if name is None:
         return ["switch: missing; give a switch name like sp1 or lf2"]
-    if name not in scene.switches:
+    if not isinstance(name, str) or name not in scene.switches:
         names = ", ".join(scene.switches)
         return [f"switch: {name!r} is not a switch of this fabric ({names})"]
     return []

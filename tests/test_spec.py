@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from incastlab.events import actions
 from incastlab.jobs import JOBS
 from incastlab.spec import (
     SWEEPABLE,
@@ -560,3 +561,51 @@ def test_host_tcp_settings_from_the_spec():
                                 "topology.congestion_control=reno"])
     assert host_tcp(spec) == {"congestion_control": "reno", "slow_start_after_idle": False}
     assert host_tcp(load_spec())["slow_start_after_idle"] is True
+
+
+# --- values of the wrong type never end in a traceback (issue 28) --------------------------
+# Each of these raised a Python exception (TypeError, OverflowError) from a cross-field rule
+# or an event check that ran on a value its own check had refused, or was accepted while
+# invalid; tests/test_spec_properties.py generates such specs from the schema.
+
+TWO_JOBS = (ROOT / "specs" / "two-jobs.toml").read_text()
+LINK_FAILURE = (ROOT / "specs" / "link-failure-ecmp.toml").read_text()
+
+
+@pytest.mark.parametrize("text, error", [
+    # TypeError: '>' not supported between instances of 'str' and 'int' (jobs/ps.py)
+    ('[workload]\nkind = "ps"\nshards = "2"\n',
+     "workload.shards: '2' is not an integer from 1 to 100"),
+    # TypeError: unsupported operand type(s) for +: 'dict' and 'int' (multijob.place)
+    (TWO_JOBS.replace("leaves = 2\n", "") + "\n[topology.leaves]\nn = 2\n",
+     "topology.leaves: {'n': 2} is not an integer from 1 to 99"),
+    # TypeError: can only concatenate str (not "int") to str (multijob.place)
+    (TWO_JOBS.replace("leaves = 2\n", 'leaves = "2"\n'),
+     "topology.leaves: '2' is not an integer from 1 to 99"),
+    # TypeError: unhashable type: 'list' (event_spec.event_problems)
+    (LINK_FAILURE.replace('action = "link_down"', "action = []"),
+     "events[0].action: [] is not one of " + ", ".join(actions())),
+    # TypeError: unhashable type: 'list' (netevents: switch_down's switch)
+    ('[[events]]\nat_s = 1\naction = "switch_down"\nswitch = ["lf2", "sp1"]\n',
+     "events[0].switch: ['lf2', 'sp1'] is not a switch of this fabric (sp1, sp2, lf1, lf2)"),
+    # OverflowError: cannot convert float infinity to integer (the events' scene)
+    (LINK_FAILURE.replace("iterations = 20", "iterations = inf"),
+     "workload.iterations: inf is not an integer from 1 to 100000"),
+    # accepted: a delay in other digits than ASCII's, which netem would refuse at run time
+    ('[topology]\ndelay = "\u0661ms"\n',
+     "topology.delay: '\u0661ms' is not a delay like '2ms', '500us' or '0.1s'"),
+    # accepted: a straggler that would never finish a step
+    ("[workload]\nstragglers = [{rank = 0, factor = inf}]\n",
+     "workload.stragglers[0].factor: inf is not a finite number >= 1 (compute-time "
+     "multiplier)"),
+], ids=["ps-shards-str", "jobs-leaves-table", "jobs-leaves-str", "event-action-list",
+        "event-switch-list", "iterations-inf-with-events", "delay-non-ascii-digit",
+        "straggler-factor-inf"])
+def test_wrong_types_are_refused_by_name_not_by_a_traceback(text, error):
+    assert the_error(text, allow_sweep=True) == error
+
+
+def test_a_list_at_a_field_that_cannot_be_swept_is_said_once():
+    # TypeError: '>' not supported between instances of 'list' and 'int' (jobs/ps.py)
+    assert the_error('[workload]\nkind = "ps"\nshards = [1, 2]\n').startswith(
+        "workload.shards: [1, 2] is a list, but workload.shards cannot be swept; ")

@@ -29,6 +29,7 @@ a spec does not load matplotlib), and read the run through ``incastlab.analysis.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -204,8 +205,9 @@ def stragglers_check(v) -> str | None:
             problems.append(f"[{i}].rank: {item['rank']!r} is not an integer >= 0")
         if "factor" not in item:
             problems.append(f"[{i}].factor: missing; a number >= 1 (compute-time multiplier)")
-        elif not (is_num(item["factor"]) and item["factor"] >= 1):
-            problems.append(f"[{i}].factor: {item['factor']!r} is not a number >= 1 "
+        elif not (is_num(item["factor"]) and 1 <= item["factor"] < math.inf):
+            finite = " finite" if item["factor"] == math.inf else ""
+            problems.append(f"[{i}].factor: {item['factor']!r} is not a{finite} number >= 1 "
                             "(compute-time multiplier)")
     ranks = [_rank_of(item) for item in v]
     for rank in sorted({r for r in ranks if is_int(r) and ranks.count(r) > 1}):

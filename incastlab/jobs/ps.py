@@ -99,7 +99,7 @@ class PsJob(Job):
                 and not w.target_source.strip():
             errors.append("workload.target_source: missing; say where target_accuracy "
                           f"{w.target_accuracy:g} comes from (a measurement, a paper)")
-        if w.shards > 1 and ok("workload.shards"):
+        if ok("workload.shards") and w.shards > 1:
             for key in ("target_accuracy", "eval_every"):
                 if getattr(w, key) is not None and ok(f"workload.{key}"):
                     errors.append(f"workload.{key}: needs shards = 1 (only a single PS "

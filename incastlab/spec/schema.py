@@ -41,7 +41,9 @@ FORMAT_VERSION = 1
 
 # --- field checks (incastlab.fields; the underscore names are this module's own use) -----
 
-_DELAY_RE = r"\d+(\.\d+)?(us|ms|s)"  # the same form LeafSpineTopo accepts
+# the form LeafSpineTopo accepts, in ASCII digits only (\d takes any script's, which tc
+# and netem do not)
+_DELAY_RE = r"[0-9]+(\.[0-9]+)?(us|ms|s)"
 _NAME_RE = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 
 

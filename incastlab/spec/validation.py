@@ -60,10 +60,13 @@ def _value_problems(key: str, value, meta) -> list[str]:
             problem = check(v)
             if problem:
                 found.append(f"{key}: {problem}")
+        seen = set()  # not value.count(v) per value: a long list would take its square
         for v in value:
-            if isinstance(v, (str, int, float)) and value.count(v) > 1:
-                found.append(f"{key}: {value!r} lists {v!r} more than once")
-                break
+            if isinstance(v, (str, int, float)):
+                if v in seen:
+                    found.append(f"{key}: {value!r} lists {v!r} more than once")
+                    break
+                seen.add(v)
     elif isinstance(value, list) and not meta["list_valued"]:
         found.append(f"{key}: {value!r} is a list, but {key} cannot be swept; "
                      f"sweepable fields are {', '.join(schema.SWEEPABLE)}")
@@ -128,6 +131,9 @@ def _send_buffer_problems(p: Spec, caps: dict[str, Any]) -> list[str]:
     return [problem] if problem else []
 
 
+_TOPOLOGY_KEYS = tuple(f"topology.{f.name}" for f in dataclasses.fields(Topology))
+
+
 def _point_problems(p: Spec, caps: dict[str, Any], bad: set[str]) -> list[str]:
     """Problems that involve more than one field, for one single-valued spec."""
 
@@ -144,6 +150,9 @@ def _point_problems(p: Spec, caps: dict[str, Any], bad: set[str]) -> list[str]:
     if p.jobs:  # the jobs' own tables were checked on loading; here: do they fit
         from incastlab import multijob
 
+        # the fabric's shape reads every [topology] field (and a star's size [workload]'s)
+        if not ok(*_TOPOLOGY_KEYS) or any(k.startswith("workload.") for k in bad):
+            return errors
         return errors + multijob.problems(p, layout.leaf_shape(p))
     if not ok("workload.kind"):
         return errors
@@ -200,10 +209,9 @@ def _workload_problems(p: Spec, ok: Callable[..., bool], errors: list[str]) -> l
     its hosts on the fabric, the fabric itself and the events against them."""
     job = jobs.JOBS[p.workload.kind]
     errors = errors + job.check(p.workload, ok)
-    topo_keys = [f"topology.{f.name}" for f in dataclasses.fields(Topology)]
     place_keys = ["workload.ps_leaf", "workload.worker_leaves",
                   *(f"workload.{name}" for name in job.host_count_fields)]
-    if not ok(*topo_keys) or any(e.startswith("topology.") for e in errors):
+    if not ok(*_TOPOLOGY_KEYS) or any(e.startswith("topology.") for e in errors):
         return errors
     if not ok(*place_keys):
         # A star's size follows from the workload; a leaf-spine's does not.
@@ -212,7 +220,9 @@ def _workload_problems(p: Spec, ok: Callable[..., bool], errors: list[str]) -> l
     if place_errors:
         return errors + place_errors
     errors += _fabric_problems(p, ok)
-    if p.events and ok("events") and not errors:
+    # the scene reads the whole [workload] table (its progress count, its timeout, ...)
+    if p.events and ok("events", *(f"workload.{f.name}" for f in dataclasses.fields(
+            p.workload))) and not errors:
         errors += _events.scene_problems(p.events, event_scene(p, placed))
     return errors
 
