@@ -241,8 +241,7 @@ def _flow_retransmissions(f, fwd, rev, state, rto_threshold_s, rrows, erows) -> 
         gap = float(ti - all_t[k - 1]) if k > 0 else np.inf
         lo, hi = np.searchsorted(pa, rel[i], "left"), np.searchsorted(pa, rel[i], "right")
         n_same = int(np.searchsorted(pt[lo:hi], ti, "left"))
-        # duplicates: after the first ACK of that number, and not before the byte was
-        # first sent (a keepalive's answer on an idle connection repeats the ACK too)
+        # dup ACKs: after the first of that number, none before the byte was sent (keepalive)
         sent = t[min(int(np.searchsorted(reach, rel[i], "right")), len(t) - 1)]
         dupacks = int((pt[lo + 1:lo + n_same] >= sent).sum())
         # segments the receiver reported (SACK) above this hole before it was resent

@@ -21,7 +21,7 @@ import pytest
 
 from incastlab.analysis.attribution import recovery_intervals
 from incastlab.commands.common import analyse, build_report
-from tests.rootnet import run_complete
+from tests.rootnet import kept_up, run_complete
 
 pytestmark = pytest.mark.root
 RTO_FLOOR_S = 0.18   # Linux's 200 ms minimum RTO less timer granularity (analysis.tcp)
@@ -141,11 +141,14 @@ def test_ring_runs_at_its_bound_apart_from_fast_recoveries(ring_run):
     queues = tables["queue_summary"]
     downlink_drops = queues.loc[queues["kind"] == "host-downlink", "drops"].sum()
     metrics = json.loads((ring_run / "metrics.json").read_text())
-    headroom = not cpu["saturated"] and cpu["mean_busy"] <= 0.85 and downlink_drops == 0
+    # the run's own fidelity verdict (analysis/fidelity.py), not a CPU threshold; tc
+    # counts the downlink's drops, so the verdict does not see those: kept apart
+    kept = kept_up(ring_run)
+    headroom = kept and downlink_drops == 0
     if not headroom:
         problems = metrics["problems"]
-        assert not cpu["saturated"] or any(p.startswith("The CPU was saturated")
-                                           for p in problems), (cpu, problems)
+        assert kept or any(p.startswith("The emulation did not keep up")
+                           for p in problems), (cpu, problems)
         # what the datapath lost is charged to the network, not left unexplained
         if metrics["reconciliation"]["capture_losses"]:
             assert cost["loss_recovery_s"] + cost["rto_stall_s"] > 0, cost
@@ -177,7 +180,7 @@ def test_ring_runs_at_its_bound_apart_from_fast_recoveries(ring_run):
     # about half the ACK clock: over up to two round trips, the last one's ACK a third
     # (seen with both cores busy: 0.163 s at an RTT of at most 0.083 s; quiet: 0.028 s at
     # 0.046 s). An RTO's silence is an episode of its own kind, not one of these.
-    trips = 3 if cpu["saturated"] else 2
+    trips = 2 if kept_up(ring_run) else 3
     assert (fast["duration_s"].dropna() <= trips * rtt_max_s + 0.005).all(), (rtt_max_s, fast)
     # an episode the capture never saw end runs to its last retransmission (as charged)
     spans = recovery_intervals(tables["recovery_episodes"], tables["retrans"])
