@@ -15,7 +15,7 @@ from incastlab.commands.common import build_report
 from incastlab.runner import check_ready, run_experiment
 from incastlab.spec import load_spec
 from incastlab.topologies.fabricmap import FabricMap
-from tests.rootnet import free_port, overtaken_segments
+from tests.rootnet import free_port, kept_up, overtaken_segments
 
 pytestmark = pytest.mark.root
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -60,11 +60,10 @@ def test_queue_drops_and_capture_losses_agree(incast_run):
     tc, lost = rec["tc_drops"], rec["capture_losses"]
     assert tc > 20, "a 20-packet queue under a 4:1 incast must overflow"
     assert tc <= TC_PER_LOSS_MAX * lost + SLACK, rec
-    # from below only where the datapath kept up: a saturated ovs-vswitchd also loses
-    # packets before any queue (unread in its sockets), which no tc counter sees
-    cpu = json.loads((incast_run / "manifest.json").read_text())["cpu"]
-    if not cpu["saturated"]:
-        assert tc >= lost / OVS_BATCH_MAX, (rec, cpu)
+    # from below only where the datapath kept up (the run's fidelity verdict): a busy
+    # ovs-vswitchd also loses packets before any queue, which no tc counter sees
+    if kept_up(incast_run):
+        assert tc >= lost / OVS_BATCH_MAX, rec
     summary = (incast_run / "summary.md").read_text()
     assert f"tc counted {int(tc)} drops" in summary and "ratio" in summary, \
         "the report must put the two counts and their ratio side by side"

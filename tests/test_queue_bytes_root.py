@@ -11,7 +11,7 @@ import pytest
 
 from incastlab.commands.common import build_report
 from incastlab.topologies.fabricmap import FabricMap
-from tests.rootnet import run_complete
+from tests.rootnet import kept_up, run_complete
 
 pytestmark = pytest.mark.root
 QUEUE_BYTES = 15_140  # ten 1514-byte frames: shallow, as classic-incast's 8 packets
@@ -54,9 +54,8 @@ def test_a_byte_limited_queue_drops_at_its_limit(tmp_path):
     tc, lost = rec["tc_drops"], rec["capture_losses"]
     assert tc >= drops
     assert tc <= TC_PER_LOSS_MAX * lost + SLACK, rec
-    # from below only where the datapath kept up: a saturated ovs-vswitchd also loses
-    # packets before any queue (unread in its sockets), which no tc counter sees
-    cpu = json.loads((tmp_path / "manifest.json").read_text())["cpu"]
-    if not cpu["saturated"]:
-        assert tc >= lost / OVS_BATCH_MAX, (rec, cpu)
+    # from below only where the datapath kept up (the run's fidelity verdict): a busy
+    # ovs-vswitchd also loses packets before any queue, which no tc counter sees
+    if kept_up(tmp_path):
+        assert tc >= lost / OVS_BATCH_MAX, rec
     assert rec["capture_drops"] == 0, "tcpdump itself lost packets: captures untrustworthy"
