@@ -52,20 +52,22 @@ def _assert_nothing_left(pids=(), deadline_s: float = 10.0):
     assert not left, f"pids {left} still alive {deadline_s:g} s after teardown"
 
 
-class TestTheDefaultFabric:
+@pytest.fixture(scope="class")
+def fab(tmp_path_factory):
     """The default fabric (2 x 2 x 2 at 20 Mbit/s, policy single, cubic, slow start after
-    idle on), brought up once for the tests that only use it. A class, so that it is torn
-    down before the next test of the module builds its own fabric (one at a time)."""
+    idle on), brought up once for the class of tests that only use it: torn down before
+    the next test of the module builds its own fabric (one at a time)."""
+    run_dir = tmp_path_factory.mktemp("default-fabric")
+    with Fabric(LeafSpineTopo(2, 2, 2, host_bw=20), policy="single", run_dir=run_dir,
+                controller_port=free_port()) as fabric:
+        yield fabric
+    # after its teardown (a failure here is an error of the class's last test)
+    assert "Traceback" not in (run_dir / "controller.log").read_text()
+    _assert_nothing_left()
 
-    @pytest.fixture(scope="class")
-    def fab(self, tmp_path_factory):
-        run_dir = tmp_path_factory.mktemp("default-fabric")
-        with Fabric(LeafSpineTopo(2, 2, 2, host_bw=20), policy="single", run_dir=run_dir,
-                    controller_port=free_port()) as fab:
-            yield fab
-        # after its teardown (a failure here is an error of the class's last test)
-        assert "Traceback" not in (run_dir / "controller.log").read_text()
-        _assert_nothing_left()
+
+class TestTheDefaultFabric:
+    """The tests that only use the default fabric (fixture ``fab``)."""
 
     def test_all_pairs_ping_through_controller(self, fab):
         result = fab.net.pingAll(timeout=1)
