@@ -52,17 +52,37 @@ def _assert_nothing_left(pids=(), deadline_s: float = 10.0):
     assert not left, f"pids {left} still alive {deadline_s:g} s after teardown"
 
 
-def test_all_pairs_ping_through_controller(tmp_path):
-    with Fabric(LeafSpineTopo(2, 2, 2), policy="single", run_dir=tmp_path,
-                controller_port=free_port()) as fab:
+@pytest.fixture(scope="class")
+def fab(tmp_path_factory):
+    """The default fabric (2 x 2 x 2 at 20 Mbit/s, policy single, cubic, slow start after
+    idle on), brought up once for the class of tests that only use it: torn down before
+    the next test of the module builds its own fabric (one at a time)."""
+    run_dir = tmp_path_factory.mktemp("default-fabric")
+    with Fabric(LeafSpineTopo(2, 2, 2, host_bw=20), policy="single", run_dir=run_dir,
+                controller_port=free_port()) as fabric:
+        yield fabric
+    # after its teardown (a failure here is an error of the class's last test)
+    assert "Traceback" not in (run_dir / "controller.log").read_text()
+    _assert_nothing_left()
+
+
+class TestTheDefaultFabric:
+    """The tests that only use the default fabric (fixture ``fab``)."""
+
+    def test_all_pairs_ping_through_controller(self, fab):
         result = fab.net.pingAll(timeout=1)
         assert result == 0.0
         cc = fab.net["h3"].cmd("sysctl -n net.ipv4.tcp_congestion_control").strip()
         assert cc == "cubic"
         idle = fab.net["h3"].cmd("sysctl -n net.ipv4.tcp_slow_start_after_idle").strip()
         assert idle == "1"  # the kernel's default, unless the spec says otherwise
-    assert "Traceback" not in (tmp_path / "controller.log").read_text()
-    _assert_nothing_left()
+
+    def test_single_flow_reaches_configured_rate(self, fab):
+        _srv, cli = iperf3_pair(fab, "h1", "h3", seconds=6)
+        result = iperf3_result(cli, timeout=30)
+        rate = result["end"]["sum_received"]["bits_per_second"] / 1e6
+        # HTB shapes whole frames: goodput is at most 20 * 1448/1514 = 19.1 Mbit/s.
+        assert 0.90 * 20 <= rate <= 1.05 * 20, f"achieved {rate:.2f} Mbit/s of 20"
 
 
 def test_hosts_keep_their_window_across_idle_when_told(tmp_path):
@@ -75,14 +95,6 @@ def test_hosts_keep_their_window_across_idle_when_told(tmp_path):
     _assert_nothing_left()
 
 
-def test_single_flow_reaches_configured_rate(tmp_path):
-    with Fabric(LeafSpineTopo(2, 2, 2, host_bw=20), run_dir=tmp_path,
-                controller_port=free_port()) as fab:
-        _srv, cli = iperf3_pair(fab, "h1", "h3", seconds=6)
-        result = iperf3_result(cli, timeout=30)
-    rate = result["end"]["sum_received"]["bits_per_second"] / 1e6
-    # HTB shapes whole frames: goodput is at most 20 * 1448/1514 = 19.1 Mbit/s.
-    assert 0.90 * 20 <= rate <= 1.05 * 20, f"achieved {rate:.2f} Mbit/s of 20"
 
 
 def test_incast_overflows_the_receivers_leaf_queue(tmp_path):

@@ -9,6 +9,7 @@ token-expert assignment is accounted for; every returned row is its expert's out
 the all-to-all time is at or above its bound."""
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -28,7 +29,7 @@ def _run_skewed(tmp_path_factory, alltoall: str):
         "workload.hidden=256", "workload.top_k=1", "workload.zipf_alpha=2",
         "workload.capacity_factor=1.5", "workload.iterations=5", "capture.enabled=false",
         f"workload.alltoall={alltoall}"])
-    build_report(run_dir)
+    build_report(run_dir, plots=False)  # no figures: no test here reads them
     return run_dir, manifest
 
 
@@ -42,8 +43,14 @@ def pairwise(tmp_path_factory):
     return _run_skewed(tmp_path_factory, "pairwise")
 
 
+@functools.cache
+def _analysed(run_dir):
+    """A run's analysis, made once: the tests only read it."""
+    return analyse(run_dir)
+
+
 def _expert_ports(run_dir, experts):
-    q = analyse(run_dir).tables["queue_summary"]
+    q = _analysed(run_dir).tables["queue_summary"]
     ports = q[(q["kind"] == "host-downlink") & q["peer"].isin(experts)].set_index("peer")
     assert set(ports.index) == set(experts)
     return ports
@@ -79,7 +86,7 @@ def test_the_pairwise_exchange_spares_the_hot_experts_queue(skewed, pairwise):
 @pytest.mark.parametrize("which", ["skewed", "pairwise"])
 def test_every_token_accounted_and_the_bound_respected(which, request):
     run_dir, _ = request.getfixturevalue(which)
-    a = analyse(run_dir)
+    a = _analysed(run_dir)
     t = a.tables["moe"]
     assert len(t) == 4 * 5 and int(t["mismatched"].sum()) == 0
     assert (t["tokens_routed"] == 512).all()  # top-1

@@ -27,10 +27,10 @@ pytestmark = pytest.mark.root
 RTO_FLOOR_S = 0.18   # Linux's 200 ms minimum RTO less timer granularity (analysis.tcp)
 
 
-def _run(tmp_path_factory, name, overrides):
+def _run(tmp_path_factory, name, overrides, plots=True):
     run_dir = tmp_path_factory.mktemp(name)
     run_complete(run_dir, overrides)
-    build_report(run_dir)
+    build_report(run_dir, plots=plots)
     return run_dir
 
 
@@ -52,7 +52,8 @@ def ring_run(tmp_path_factory):
         "topology.spines=2", "topology.leaves=2", "topology.hosts_per_leaf=2",
         "topology.host_bw_mbps=50", "topology.fabric_bw_mbps=150",
         "workload.kind=ring", "workload.workers=4", "workload.model_size=1000000",
-        "workload.iterations=5", "routing.policy=ecmp"])
+        "workload.iterations=5", "routing.policy=ecmp"],
+        plots=False)  # no test reads its figures (the shallow PS's report has them)
 
 
 def test_rto_stalls_are_charged_where_the_captures_show_rtos(shallow_ps_run):
