@@ -180,8 +180,10 @@ def _mb(r: dict):
 
 def _mutation(data: dict) -> list[str]:
     rows = [[m, f"{v['mutants']:,}", f"{v['killed']:,}", f"{v['score']:.1%}",
-             fmt(v.get("score_before"), ".1%")] for m, v in data["modules"].items()]
-    return table(["module", "mutants", "killed", "score", "before the mutation tests"], rows)
+             fmt(v.get("score_before"), ".1%"), fmt(v.get("equivalent"))]
+            for m, v in data["modules"].items()]
+    return table(["module", "mutants", "killed", "score", "before the mutation tests",
+                  "survivors reviewed as equivalent"], rows)
 
 
 def _runs(data: dict) -> list[str]:

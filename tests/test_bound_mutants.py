@@ -190,11 +190,12 @@ def test_moe_bad_inputs_name_the_argument():
 # --- pipeline: idle ≥ (S−1)(t_f+t_b) + Σ_k 2(α + A·f/B_k) -------------------------------
 
 def test_pipeline_step_by_hand():
-    # S = 3 on links 20, 10, 20 Mbit/s, stage 2 on another leaf behind 5 Mbit/s spines:
-    # boundary 0 at 10 Mbit/s: 250,000 B·f/1.25 MB/s = 0.2·f s; boundary 1 at 5: 0.4·f s
+    # S = 3 on links 20, 10, 20 Mbit/s, stages 1 and 2 on leaf B behind 5 Mbit/s spines:
+    # boundary 0 crosses at 5 Mbit/s: 250,000 B·f/0.625 MB/s = 0.4·f s; boundary 1 stays
+    # on B at 10: 0.2·f s
     b = pipeline_bound(3, 4, 250_000, [20.0, 10.0, 20.0], fwd_s=0.125, bwd_s=0.25,
-                       leaves=["A", "A", "B"], fabric_mbps=5.0, alpha_s=0.001)
-    transfer = 2 * (0.2 * F + 0.001 + 0.4 * F + 0.001)
+                       leaves=["A", "B", "B"], fabric_mbps=5.0, alpha_s=0.001)
+    transfer = 2 * (0.4 * F + 0.001 + 0.2 * F + 0.001)
     assert b.terms == {"transfer": pytest.approx(transfer), "schedule": 0.75,
                        "compute": 1.5, "step": pytest.approx(6 * 0.375 + transfer),
                        "per_message": pytest.approx(0.4 * F + 0.001)}
@@ -205,6 +206,12 @@ def test_pipeline_step_by_hand():
         f"critical path Σ 2(α + A·f/B_k) over 2 boundaries = {g(transfer)} s; step ≥ "
         f"(M+S−1)(t_f+t_b) + transfers = {g(2.25 + transfer)} s, bubble fraction "
         f"(S−1)/(M+S−1) = 0.3333")
+
+
+def test_pipeline_boundary_takes_the_slower_of_its_two_links():
+    # no fabric: both boundaries touch the 10 Mbit/s stage, 0.2·f s each way each
+    b = pipeline_bound(3, 4, 250_000, [20.0, 10.0, 20.0])
+    assert b.seconds == pytest.approx(2 * (0.2 * F + 0.2 * F))
 
 
 def test_pipeline_of_one_stage_moves_nothing():
@@ -268,6 +275,8 @@ def test_async_ps_shards_split_the_port_bytes():
     assert b.terms["shard_port_period"] == pytest.approx(0.4 * FA)
     assert b.formula.startswith("async PS, N=2 workers, k=2 shard(s), M=1,000,000 B: per "
                                 f"worker iteration max(own link 2·M·f/B_w = {g(0.8 * F)} s,")
+    # no fabric modelled: no fabric term in the formula
+    assert f"− 0 s = {g(0.4 * FA)} s) = {g(0.8 * F)} s (f=1.0456;" in b.formula
 
 
 def test_sync_ps_over_the_fabric_by_hand():
@@ -314,6 +323,10 @@ def test_sync_ps_worker_link_bottleneck_and_phases():
     assert (b.seconds, b.bottleneck) == (pytest.approx(0.4 * F), "worker link")
     assert b.terms["shard_port"] == pytest.approx(0.2 * F)
     assert b.terms["push_then_pull"] == pytest.approx(0.4 * F)
+    # no fabric and no latency: neither term in the formula
+    assert b.formula.endswith(
+        f"worker link 2·M·f/B_w = {g(0.4 * F)} s) = {g(0.4 * F)} s; a push phase then a pull "
+        f"phase with no overlap (all replies ending together): {g(0.4 * F)} s")
 
 
 @pytest.mark.parametrize("kw, message", [
