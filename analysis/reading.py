@@ -56,7 +56,7 @@ class Analysis:
     # the generic sections only (the analysis never imports the orchestrator)
     jobs: Mapping = field(default_factory=dict)
     # what the one pass over the captures reduced for a stage's compute (stages.py):
-    # latency's RTT and sojourn samples, each port's bytes per job
+    # each stage's reducer by its name (latency, events), each port's bytes per job
     captured: dict = field(default_factory=dict)
 
 
