@@ -54,11 +54,12 @@ import pandas as pd
 
 from . import tcp
 from .pcap import SYN, ip_to_str
-from .samples import Samples, compact, groups
+from .samples import REL_ERROR, Dist, Samples, compact, groups
 
 __all__ = ["FRAME_MAX_BYTES", "MAX_SOJOURN_S", "QDELAY_COLUMNS", "QUANTILES", "RTT_COLUMNS",
            "RTT_KEYS", "SOJOURN_COLUMNS", "SOJOURN_KEYS", "SOJOURN_ORDER",
-           "SUMMARY_COLUMNS", "Samples", "analyse", "flow_role", "flow_rtt", "host_roles",
+           "SUMMARY_COLUMNS", "Samples", "analyse", "dist_quantiles", "flow_role",
+           "flow_rtt", "host_roles",
            "port_bound_s", "queue_delay", "queue_delay_bound_s", "rtt_samples", "sojourns",
            "stats_ms", "summary", "summary_table", "weighted_quantiles", "write_full"]
 
@@ -112,9 +113,26 @@ def _quantiles(v: np.ndarray, qs) -> list[float]:
     return [float(part[i]) for i in idx]
 
 
+def dist_quantiles(d: Dist, qs=QUANTILES) -> list[float]:
+    """Quantiles of a Dist (samples.py): exact ones of its values, or its sketch's,
+    clamped to the samples' exact min and max (each within samples.REL_ERROR of the
+    exact quantile, or samples.ZERO_S of 0)."""
+    if d.exact:
+        return _quantiles(np.asarray(d.values, dtype=float), qs)
+    return [float(np.clip(x, d.lo, d.hi)) if x == x else x
+            for x in weighted_quantiles(d.values, d.counts, qs)]
+
+
 def stats_ms(values_s, weights=None) -> dict:
-    """{samples, p50_ms, p90_ms, p99_ms, max_ms} of delays in seconds; samples counts
-    those with weight > 0."""
+    """{samples, p50_ms, p90_ms, p99_ms, max_ms} of delays in seconds (an array with
+    `weights`, or a Dist); samples counts those with weight > 0 (a Dist: its samples)."""
+    if isinstance(values_s, Dist):
+        if values_s.exact:
+            values_s = values_s.values
+        else:
+            p50, p90, p99 = dist_quantiles(values_s)
+            return {"samples": values_s.samples, "p50_ms": p50 * 1e3, "p90_ms": p90 * 1e3,
+                    "p99_ms": p99 * 1e3, "max_ms": values_s.hi * 1e3}
     v = np.asarray(values_s, dtype=float)
     w = None if weights is None else np.asarray(weights, dtype=float)
     n = int(np.isfinite(v).sum()) if w is None else int((np.isfinite(v) & (w > 0)).sum())
@@ -371,17 +389,18 @@ def summary_table(rtt: pd.DataFrame, qdelay: pd.DataFrame, soj: pd.DataFrame,
                   fabric=None) -> pd.DataFrame:
     """Percentiles (ms) per group: 'RTT' by flow role (and 'all flows'), 'queue delay'
     by switch port with any traffic (and 'all ports', packet-weighted), 'sojourn' by
-    pair of capture points. `rtt`, `soj`: DataFrames or Samples (the same numbers).
-    Columns: SUMMARY_COLUMNS."""
+    pair of capture points. `rtt`, `soj`: DataFrames or Samples (the same numbers, or,
+    for a Samples past samples.EXACT_SAMPLES rows, percentiles within samples.REL_ERROR
+    of them: the note says so). Columns: SUMMARY_COLUMNS."""
     rows = []
     r = compact(rtt, "rtt_s", RTT_KEYS)
     if r is not None:
-        v, c, k = r
-        rows.append({"measure": "RTT", "group": "all flows", **stats_ms(v),
-                     "note": f"{k['flow'].nunique()} flow(s)"})
-        for role, vg, g in groups(v, c, k, "role"):
+        est = "" if r.exact else f"; percentiles within {REL_ERROR:.1%} (sketch)"
+        rows.append({"measure": "RTT", "group": "all flows", **stats_ms(r.dist()),
+                     "note": f"{r.groups['flow'].nunique()} flow(s){est}"})
+        for role, vg, g in groups(r, "role"):
             rows.append({"measure": "RTT", "group": role, **stats_ms(vg),
-                         "note": f"{g['flow'].nunique()} flow(s)"})
+                         "note": f"{g['flow'].nunique()} flow(s){est}"})
     if qdelay is not None and len(qdelay) and qdelay["weight"].sum() > 0:
         rows.append({"measure": "queue delay", "group": "all ports",
                      **stats_ms(qdelay["delay_s"], qdelay["weight"]),
@@ -399,9 +418,10 @@ def summary_table(rtt: pd.DataFrame, qdelay: pd.DataFrame, soj: pd.DataFrame,
                          **stats_ms(g["delay_s"], g["weight"]), "note": note})
     r = compact(soj, "sojourn_s", SOJOURN_KEYS)
     if r is not None:
-        for (a, b), vg, g in groups(*r, ["from_iface", "to_iface"]):
+        est = "" if r.exact else f"; percentiles within {REL_ERROR:.1%} (sketch)"
+        for (a, b), vg, g in groups(r, ["from_iface", "to_iface"]):
             rows.append({"measure": "sojourn", "group": f"{a} → {b}",
-                         **stats_ms(vg), "note": f"{g['flow'].nunique()} flow(s)"})
+                         **stats_ms(vg), "note": f"{g['flow'].nunique()} flow(s){est}"})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -442,6 +462,6 @@ def summary(tables: dict | None) -> dict:
         out.update(queue_delay_p50_ms=q["p50_ms"], queue_delay_p99_ms=q["p99_ms"])
     soj = compact(tables.get("sojourn"), "sojourn_s", SOJOURN_KEYS)
     if soj is not None:
-        out["sojourn_p99_ms"] = weighted_quantiles(soj[0], qs=(0.99,))[0] * 1e3
+        out["sojourn_p99_ms"] = dist_quantiles(soj.dist(), (0.99,))[0] * 1e3
     out["groups"] = tab.to_dict(orient="records")
     return out

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from .plots import TOP_N, legend_outside, plt, save
+from .samples import Dist
 
 
 CDF_POINTS = 2000  # steps drawn per CDF: 1/2000 of the axis height, under a pixel
@@ -42,21 +43,30 @@ def cdf_line(ax, values, weights=None, **kw):
     ax.step(v[order], cw / cw[-1], where="post", **kw)
 
 
+def _values(d) -> tuple[np.ndarray, np.ndarray | None, int]:
+    """(values, weights or None, samples) of an array of delays or a samples.Dist (a
+    sketch's buckets weigh what they hold)."""
+    if isinstance(d, Dist):
+        return np.asarray(d.values, dtype=float), d.counts, d.samples
+    return np.asarray(d, dtype=float), None, len(d)
+
+
 def latency_cdf(rtt: dict, queue: dict, sojourn: dict | None, path,
                 top_n: int = TOP_N) -> Path | None:
     """Latency under load as CDFs (analysis/latency.py): left, RTT samples (s) per flow
-    role; right, queueing delay (s) per switch port, each sample weighted by the packets
-    the port sent ({iface: (delays, weights)}), with measured sojourns ({label: delays},
-    e.g. one-way host to host per flow role) dashed. Axes in ms; at most `top_n` groups
+    role ({role: delays or a samples.Dist}); right, queueing delay (s) per switch port,
+    each sample weighted by the packets the port sent ({iface: (delays, weights)}), with
+    measured sojourns ({label: delays or a Dist}, e.g. one-way host to host per flow
+    role) dashed. Axes in ms; at most `top_n` groups
     per panel (the first given). None when there is nothing to draw."""
     sojourn = sojourn or {}
     if not rtt and not queue and not sojourn:
         return None
     fig, (ax_r, ax_q) = plt.subplots(1, 2, figsize=(12, 4))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (role, v) in enumerate(list(rtt.items())[:top_n]):
-        cdf_line(ax_r, np.asarray(v) * 1e3, color=colours[i % len(colours)],
-                  label=f"{role} ({len(v)})")
+    for i, (role, d) in enumerate(list(rtt.items())[:top_n]):
+        v, w, n = _values(d)
+        cdf_line(ax_r, v * 1e3, w, color=colours[i % len(colours)], label=f"{role} ({n})")
     if not rtt:
         ax_r.text(0.5, 0.5, "no RTT samples", ha="center", va="center",
                   transform=ax_r.transAxes, color="gray")
@@ -64,9 +74,10 @@ def latency_cdf(rtt: dict, queue: dict, sojourn: dict | None, path,
     for i, (iface, (v, w)) in enumerate(list(queue.items())[:top_n]):
         cdf_line(ax_q, np.asarray(v) * 1e3, w, color=colours[i % len(colours)], label=iface)
     shown_q = min(len(queue), top_n)  # sojourns take the colours after the ports'
-    for i, (pair, v) in enumerate(list(sojourn.items())[:top_n]):
-        cdf_line(ax_q, np.asarray(v) * 1e3, color=colours[(shown_q + i) % len(colours)],
-                  ls="--", label=f"sojourn, {pair} ({len(v)})")
+    for i, (pair, d) in enumerate(list(sojourn.items())[:top_n]):
+        v, w, n = _values(d)
+        cdf_line(ax_q, v * 1e3, w, color=colours[(shown_q + i) % len(colours)],
+                 ls="--", label=f"sojourn, {pair} ({n})")
     if not queue and not sojourn:
         ax_q.text(0.5, 0.5, "no queue samples", ha="center", va="center",
                   transform=ax_q.transAxes, color="gray")

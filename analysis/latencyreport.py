@@ -55,7 +55,7 @@ def _figure(a, path):
     lt = a.tables.get("latency") or {}
     rtt, qd, soj = lt.get("rtt"), lt.get("queue_delay"), lt.get("sojourn")
     r = compact(rtt, "rtt_s", RTT_KEYS)
-    rtt_groups = {role: vg for role, vg, _ in groups(*r, "role")} if r is not None else {}
+    rtt_groups = {role: vg for role, vg, _ in groups(r, "role")} if r is not None else {}
     q_groups = {}
     if qd is not None and len(qd):
         rank = []  # the ports where packets waited longest (p99, then packets)
@@ -71,14 +71,15 @@ def _figure(a, path):
     s_groups = {}
     sj = compact(soj, "sojourn_s", SOJOURN_KEYS)
     if sj is not None:
-        v, c, k = sj
+        k = sj.groups
         hosts = {h.intf for h in a.fabric.hosts} if a.fabric is not None else None
-        role = dict(zip(r[2]["flow"], r[2]["role"], strict=True)) if r is not None else {}
+        role = (dict(zip(r.groups["flow"], r.groups["role"], strict=True))
+                if r is not None else {})
         # each group of sojourns (pair of points and flow): its flow's role, or None when
         # it ends at a switch port
         k = k.assign(one_way=[role.get(f, "other") if hosts is None or to in hosts else None
                               for f, to in zip(k["flow"], k["to_iface"], strict=True)])
-        for who, vg, _ in groups(v, c, k.dropna(subset=["one_way"]), "one_way"):
+        for who, vg, _ in groups(sj, "one_way", k.dropna(subset=["one_way"])):
             s_groups[f"one-way {who}"] = vg
     return latency_plots.latency_cdf(rtt_groups, q_groups, s_groups, path)
 

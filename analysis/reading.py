@@ -58,7 +58,7 @@ class Analysis:
     # the names of the tables the run's job added (Job.tables; network_cost.analyse_job)
     job_tables: tuple[str, ...] = ()
     # what the one pass over the captures reduced for a stage's compute (stages.py):
-    # latency's RTT and sojourn samples, each port's bytes per job
+    # each stage's reducer by its name (latency, events), each port's bytes per job
     captured: dict = field(default_factory=dict)
 
 

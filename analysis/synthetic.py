@@ -425,15 +425,14 @@ def make_bulk_run(run_dir, packets: int, *, leaves=4, hosts_per_leaf=4, spines=2
             "segments_per_flow": segs, "captures": len(fabric.hosts)}
 
 
-def _fifo_delay(rng, n, gap_s, load):
-    """Delays of n packets arriving every `gap_s` at a FIFO queue whose service times are
-    exponential (mean load x gap_s): wait + service, the Lindley recursion in closed
-    form (w_k = S_k - min(0, min_j<=k S_j), S the running sum of service - gap), so the
-    packets leave in the order they came, as a real queue keeps them."""
-    service = rng.exponential(load * gap_s, n)
-    walk = np.cumsum(service - gap_s)
-    wait = walk - np.minimum(np.minimum.accumulate(walk), 0.0)
-    return np.concatenate([[0.0], wait[:-1]]) + service
+def _fifo(rng, arrivals, mean_service_s):
+    """When packets arriving at `arrivals` (ascending) leave a FIFO queue whose service
+    times are exponential (mean `mean_service_s`): d_k = max(a_k, d_k-1) + s_k, in closed
+    form (d_k = S_k + max_j<=k (a_j - S_j-1), S the running sum of service times), so
+    they leave in the order they came, as a real queue keeps them."""
+    service = rng.exponential(mean_service_s, len(arrivals))
+    done = np.cumsum(service)
+    return done + np.maximum.accumulate(arrivals - (done - service))
 
 
 def _bulk_side(flow, j, host, k0, k1, gap_s, seed, ip_to_int) -> dict:
@@ -443,12 +442,12 @@ def _bulk_side(flow, j, host, k0, k1, gap_s, seed, ip_to_int) -> dict:
     k = np.arange(k0, k1, dtype=np.int64)
     rng = np.random.default_rng([seed, j, k0])
     base = 0.001 + (j % 97) * 1e-5 + k * gap_s
-    fwd = 50e-6 + _fifo_delay(rng, len(k), gap_s, 0.9)   # sender -> receiver capture
-    back = 50e-6 + _fifo_delay(rng, len(k), gap_s, 0.5)  # the ACK's way back
-    hold = 20e-6
+    arrive = 50e-6 + _fifo(rng, base, 0.9 * gap_s)           # at the receiver's capture
+    acked = arrive + 20e-6                                   # the receiver's ACK
+    back = 50e-6 + _fifo(rng, acked, 0.5 * gap_s)            # at the sender's capture
     at_sender = host == src
-    t_data = base if at_sender else base + fwd
-    t_ack = base + fwd + hold + (back if at_sender else 0.0)
+    t_data = base if at_sender else arrive
+    t_ack = back if at_sender else acked
     isn, risn = 1000 + 7919 * j, 5000
     n = len(k)
     cat = np.concatenate

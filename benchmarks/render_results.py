@@ -168,6 +168,28 @@ def _parse(data: dict) -> list[str]:
     return out
 
 
+def _memory(data: dict) -> list[str]:
+    rows = [r for r in data["results"] if "hwm_kb" in r]
+    if not rows:
+        return []
+    base = rows[0]
+    out = [f"Peak RSS of `incastlab report` (its own VmHWM) on synthetic runs "
+           f"(`analysis.synthetic.make_bulk_run`), against the smallest run's peak, "
+           f"measured in the same run; the target is at most {data['target_peak_gb']:g} GB "
+           f"at any size. The imports alone: {data['imports_only_kb'] / 1024:,.0f} MB.", ""]
+    table_rows = []
+    for r in rows:
+        extra = r["run"]["packets"] - base["run"]["packets"]
+        above = (r["hwm_kb"] - base["hwm_kb"]) * 1024 / extra if extra else None
+        table_rows.append([f"{r['run']['packets']:,}", "exact" if r["exact_samples"]
+                           else "sketch", f"{r['rtt_samples']:,}", f"{r['sojourns']:,}",
+                           f"{r['hwm_kb'] / 1024:,.0f} MB", f"{r['hwm_kb'] / base['hwm_kb']:.2f}",
+                           fmt(above, ".1f"), f"{r['seconds'] / 60:.0f}"])
+    return out + table(["packets", "latency samples", "RTT samples", "sojourns",
+                        "peak RSS", "/ smallest", "bytes a packet above the smallest",
+                        "report, min"], table_rows)
+
+
 def _relative(x: float) -> str:
     """A rate relative to ours: '1', '1/23' when slower, '×1.06' when faster."""
     return "1" if abs(x - 1) < 1e-9 else f"1/{1 / x:.0f}" if x < 1 else f"×{x:.2f}"
@@ -195,7 +217,7 @@ def _runs(data: dict) -> list[str]:
 
 RENDERERS = {"allreduce_efficiency": _allreduce, "pipeline_bubbles": _pipeline,
              "routing_balance": _routing, "fabric_fidelity": _fabric, "parse_pcap": _parse,
-             "mutation_score": _mutation, "runs": _runs}
+             "mutation_score": _mutation, "runs": _runs, "analysis_memory": _memory}
 
 
 # ----------------------------------------------------------------------------- the page

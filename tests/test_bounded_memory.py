@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from incastlab.analysis import chunked, episodes, rundir, tcp
+from incastlab.analysis import chunked, episodes, rundir, samples, tcp
 from incastlab.analysis import latency as lat
 from incastlab.analysis.pcap import read_pcap
 from incastlab.analysis.report import received_at_host as _received_at_host
@@ -272,3 +272,120 @@ def test_the_heap_is_trimmed_after_each_chunk(run, monkeypatch):
     with _store(run) as store:
         tt = chunked.analyse_tcp(store, chunk_packets=1)
     assert tt.chunks >= 4 and len(calls) == tt.chunks
+
+
+# ---- latency samples in bounded memory (samples.py's sketch) ------------------------------
+
+def _rtt_part(rng, n, flows=("f1", "f2", "f3")):
+    """n RTT rows over `flows` (two roles), the delays spread over seven decades (1 us
+    to 10 s, lognormal), with exact zeros and a few negative values among them."""
+    v = np.exp(rng.uniform(np.log(1e-6), np.log(10.0), n)) * rng.lognormal(0, 0.3, n)
+    v[rng.random(n) < 0.02] = 0.0
+    v[rng.random(n) < 0.005] *= -1
+    flow = rng.choice(list(flows), n)
+    return pd.DataFrame({"flow": flow, "role": np.where(flow == "f1", "a → b", "c → d"),
+                         "rtt_s": v})
+
+
+def _within(est, exact):
+    """The sketch's stated error: REL_ERROR of the exact value, or ZERO_S near zero (and
+    the float rounding of a bucket edge, 1e-12 relative)."""
+    err = samples.REL_ERROR * abs(exact) + samples.ZERO_S
+    return abs(est - exact) <= err * (1 + 1e-9) + 1e-12 * abs(exact)
+
+
+def test_sketched_quantiles_are_within_the_stated_error_of_the_exact_ones():
+    """Past its exact limit a Samples keeps a sketch whose quantiles are each within
+    REL_ERROR (0.5 %) of the exact quantile of the same samples (ZERO_S near 0); counts
+    and maxima stay exact. The summary table on it is the exact one but for that."""
+    rng = np.random.default_rng(11)
+    parts = [_rtt_part(rng, 20_000) for _ in range(10)]
+    every = pd.concat(parts, ignore_index=True)
+    s = samples.Samples(["flow", "role", "rtt_s"], "rtt_s", ["role", "flow"],
+                        exact_limit=30_000)
+    try:
+        for p in parts:
+            s.add(p)
+        assert not s.exact and len(s) == len(every)
+        c = s.arrays()
+        qs = (0.0, 0.001, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999, 1.0)
+        checks = [(c.dist(), every["rtt_s"].to_numpy())]
+        for role, d, _ in samples.groups(c, "role"):
+            checks.append((d, every.loc[every["role"] == role, "rtt_s"].to_numpy()))
+        for d, exact_values in checks:
+            exact = lat.weighted_quantiles(exact_values, qs=qs)
+            for q, got, want in zip(qs, lat.dist_quantiles(d, qs), exact, strict=True):
+                assert _within(got, want), (q, got, want)
+            assert d.samples == len(exact_values) and d.hi == exact_values.max()
+        est, full = lat.summary_table(s, None, None), lat.summary_table(every, None, None)
+        assert list(est["group"]) == list(full["group"]) == ["all flows", "a → b", "c → d"]
+        assert (est["samples"] == full["samples"]).all()
+        assert (est["max_ms"] == full["max_ms"]).all()
+        for col in ("p50_ms", "p90_ms", "p99_ms"):
+            for got, want in zip(est[col], full[col], strict=True):
+                assert _within(got / 1e3, want / 1e3), (col, got, want)
+        assert est["note"].str.contains("within 0.5% (sketch)", regex=False).all()
+    finally:
+        s.close()
+
+
+def test_samples_memory_does_not_grow_with_the_samples():
+    """Ten times the samples, the same memory: what a Samples holds past its exact
+    limit (traced by tracemalloc: numpy's buffers included) is its sketch, a few kB per
+    group, not 12 bytes a sample (red when the values were kept: 2.4 MB more at 200k)."""
+    import tracemalloc
+
+    def held(n_parts):
+        rng = np.random.default_rng(5)
+        parts = [_rtt_part(rng, 10_000) for _ in range(n_parts)]
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            s = samples.Samples(["flow", "role", "rtt_s"], "rtt_s", ["role", "flow"],
+                                exact_limit=15_000)
+            for p in parts:
+                s.add(p)
+            s.arrays()
+            kept = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert len(s) == 10_000 * n_parts and s.nbytes() <= kept + 4096
+        s.close()
+        return kept
+
+    small, big = held(2), held(20)
+    assert big < small + 256 * 1024
+
+
+def test_a_reports_latency_samples_stay_bounded_as_its_packets_grow(tmp_path, monkeypatch):
+    """The report's latency tables past samples.EXACT_SAMPLES (5000 here, 2 M by default)
+    of a synthetic run analysed a chunk at a time: the memory its RTT samples and
+    sojourns hold does not grow with the run's packets (4x the packets: the same sketch,
+    where the values alone grew by 12 bytes a sample), and every percentile of the
+    summary is within the sketch's stated error of latency.analyse on every packet at
+    once (counts and maxima exact)."""
+    from incastlab.analysis.synthetic import make_bulk_run
+
+    monkeypatch.setattr(samples, "EXACT_SAMPLES", 5000)
+    held = {}
+    for n in (40_000, 160_000):
+        run = tmp_path / f"run{n}"
+        make_bulk_run(run, n, leaves=2, hosts_per_leaf=1, connections_per_pair=1)
+        a = analyse(run, cache=False, chunk_packets=n // 3)
+        lt = a.tables["latency"]
+        assert a.tables["tcp"].attrs.get("only_connection_of")  # more than one chunk
+        assert not lt["rtt"].exact and not lt["sojourn"].exact and len(lt["rtt"]) > n // 5
+        held[n] = (lt["rtt"].nbytes() + lt["sojourn"].nbytes(), len(lt["rtt"]) +
+                   len(lt["sojourn"]))
+    a.tables["tcp"] = tcp.combine({p.stem: read_pcap(p, cache=False)
+                                   for p in sorted((run / "pcap").glob("*.pcap"))})
+    full = lat.analyse(a)["summary"]
+    est = lt["summary"]
+    assert list(est["group"]) == list(full["group"]) and len(est) == 5  # all, 2 roles, 2 pairs
+    assert (est["samples"] == full["samples"]).all() and (est["max_ms"] == full["max_ms"]).all()
+    for col in ("p50_ms", "p90_ms", "p99_ms"):
+        for got, want in zip(est[col], full[col], strict=True):
+            assert _within(got / 1e3, want / 1e3), (col, got, want)
+    (small, n_small), (big, n_big) = held[40_000], held[160_000]
+    assert n_big - n_small > 50_000  # what 12 bytes a sample would have added: 600 kB
+    assert big < small + 32 * 1024, held
