@@ -56,6 +56,8 @@ def collectives_table(a, context: dict | None) -> pd.DataFrame:
     for col in COLLECTIVE_COLUMNS:
         if col not in c:
             c[col] = None
+    for col in ("step", "bytes", "group_size", "peer", "seq"):  # integers, NA where absent
+        c[col] = pd.to_numeric(c[col], errors="coerce").astype("Int64")
     c["duration_s"] = pd.to_numeric(c["t_end"], errors="coerce") - c["t_start"]
     c["bound_s"] = [one_bound(r, context) if context else float("nan")
                     for r in c.to_dict("records")]
