@@ -2,7 +2,8 @@
 from rank 0's weights with broadcast, calling torch.distributed directly. Launched by
 torchrun; nothing in it knows about incastlab:
 
-    incastlab run --script examples/collectives.py --workers 3 -- --steps 5
+    incastlab run specs/own-script.toml --set workload.script='"examples/collectives.py"' \\
+        --set "workload.args=['--steps', '5']"
 
 Each step: one all_reduce per parameter tensor (the gradients, 4 bytes a parameter),
 then optimizer.step(); before the first, one broadcast per parameter tensor.

@@ -2,7 +2,7 @@
 torchrun (RANK, WORLD_SIZE, MASTER_ADDR, ... from the environment), device-agnostic.
 Nothing in it knows about incastlab; run it on the fabric with
 
-    incastlab run --script examples/ddp_mlp.py --workers 4 -- --epochs 2
+    incastlab run specs/own-script.toml
 
 or by itself on one machine:
 
