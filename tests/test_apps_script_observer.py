@@ -197,6 +197,22 @@ def test_observe_off_leaves_no_log_and_the_script_runs(tmp_path, monkeypatch):
     assert logs == {}
 
 
+def test_the_collectives_example_is_observed_step_by_step(tmp_path, monkeypatch):
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)
+    codes, logs, job = run(tmp_path, (root / "examples" / "collectives.py").read_text(),
+                           ["--steps", "3", "--width", "16"])
+    assert codes == {0: 0, 1: 0}, [job.stderr(i) for i in codes]
+    sizes = [4 * 16 * 32, 4 * 16, 4 * 16, 4 * 1]  # the two Linear layers' tensors
+    for log in logs.values():
+        recs = sorted(events(log, "collective"), key=lambda e: e["seq"])
+        assert [(e["op"], e["bytes"], e["step"]) for e in recs] == \
+            [("broadcast", b, 0) for b in sizes] \
+            + [("all_reduce", b, k) for k in range(3) for b in sizes] + [("barrier", 0, 3)]
+        assert [e["bytes"] for e in events(log, "iteration")] == \
+            [2 * sum(sizes), sum(sizes), sum(sizes)]
+
+
 def test_iteration_parts_by_hand():
     # step 10..20 s: a blocking call 11..12, an async op 12..15 waited on 14..15, DDP
     # buckets ready at 16 and 17, done at 17.5 and 18.5: the tail is 17..18.5

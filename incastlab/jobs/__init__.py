@@ -20,6 +20,7 @@ from incastlab.jobs.moe import MoeJob
 from incastlab.jobs.pipeline import PipelineJob
 from incastlab.jobs.ps import PsJob
 from incastlab.jobs.ring import RingJob
+from incastlab.jobs.script import ScriptJob
 from incastlab.jobs.tensor import TensorJob
 
 __all__ = ["JOBS", "Job", "Launch", "Roles", "Section", "Straggler", "job_for",
@@ -32,6 +33,7 @@ JOBS: dict[str, Job] = {
     "pipeline": PipelineJob(),
     "tensor": TensorJob(),
     "moe": MoeJob(),
+    "script": ScriptJob(),
 }
 
 # Called after the registry changes (the spec rebuilds its [workload] table).

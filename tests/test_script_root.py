@@ -1,0 +1,117 @@
+"""Root tier for the script job: the example DDP script on 4 hosts of a real fabric
+through torchrun, and a crashing script that leaves nothing behind."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from incastlab.apps.local import events, read_jsonl
+from incastlab.state import STATE_DIR
+from tests.rootnet import free_port, ovs_bridges, run_complete
+
+pytestmark = pytest.mark.root
+ROOT = Path(__file__).resolve().parents[1]
+FABRIC = ["topology.spines=2", "topology.leaves=2", "topology.hosts_per_leaf=2",
+          "topology.host_bw_mbps=50.0", "workload.kind='script'", "workload.workers=4",
+          "run.duration_limit_s=600", "run.phase_timeout_s=60"]
+EPOCHS, STEPS, HIDDEN = 2, 3, 128
+
+
+def _params() -> int:
+    spec = importlib.util.spec_from_file_location("ddp_mlp", ROOT / "examples" / "ddp_mlp.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return sum(p.numel() for p in mod.build_model(64, HIDDEN, 10).parameters())
+
+
+def _ours_left(run_dir: Path) -> list[int]:
+    """Processes whose environment names this run's directory (torchrun and its ranks)."""
+    mark = str(run_dir).encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if mark in Path(f"/proc/{pid}/environ").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def _nothing_left(run_dir: Path) -> None:
+    assert not _ours_left(run_dir)
+    assert not (ovs_bridges() & {"sp1", "sp2", "lf1", "lf2"})
+    assert not list(STATE_DIR.glob("*.json")) if STATE_DIR.exists() else True
+    assert not [n for n in os.listdir("/sys/class/net") if "-eth" in n]
+
+
+def test_the_example_ddp_script_runs_through_torchrun_and_is_observed(tmp_path):
+    """Also the nccl mapping: the example is device-agnostic but told --backend nccl."""
+    from incastlab.commands.common import build_report
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    os.chdir(ROOT)
+    manifest = run_complete(run_dir, FABRIC + [
+        "workload.script='examples/ddp_mlp.py'", "workload.map_nccl_to_gloo=true",
+        f"workload.args=['--epochs', '{EPOCHS}', '--steps-per-epoch', '{STEPS}', "
+        f"'--hidden', '{HIDDEN}', '--backend', 'nccl']"])
+    hosts = manifest["placement"]["workers"]
+    gradient = 4 * _params()
+    for rank, host in enumerate(hosts):
+        log = read_jsonl(run_dir / "workers" / f"{rank}.jsonl")
+        start = events(log, "start")[0]
+        assert (start["rank"], start["world_size"], start["iface"]) == (rank, 4, f"{host}-eth0")
+        assert "mapped to 'gloo'" in events(log, "notice")[0]["message"]
+        its = events(log, "iteration")
+        assert [e["iteration"] for e in its] == list(range(EPOCHS * STEPS))
+        assert events(log, "end")[0]["steps"] == EPOCHS * STEPS
+        buckets = [e for e in events(log, "collective") if e["call"] == "ddp_bucket"]
+        for k in range(EPOCHS * STEPS):
+            assert sum(e["bytes"] for e in buckets if e["step"] == k) == gradient
+    paths = build_report(run_dir)
+    assert (run_dir / "report.html").is_file() and (run_dir / "trace.json").is_file()
+    coll = pd.read_csv(run_dir / "tables" / "collectives.csv")
+    assert (coll.groupby(["rank", "step"])["bytes"].sum() >= gradient).all()
+    block = json.loads(paths["metrics"].read_text())["script"]
+    assert block["steps"] == EPOCHS * STEPS and block["bound_total_s_mean"] > 0
+    _nothing_left(run_dir)
+
+
+CRASH = '''
+import torch, torch.distributed as dist, torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+model = DDP(nn.Linear(32, 32))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+def train_step(i):
+    opt.zero_grad(); model(torch.randn(4, 32)).sum().backward(); opt.step()
+    if i == 2 and dist.get_rank() == 1:
+        raise ValueError("boom at step 2")
+for i in range(1000):
+    train_step(i)
+'''
+
+
+def test_a_crashing_script_fails_the_run_with_its_traceback_and_leaves_nothing(tmp_path):
+    from incastlab.runner import check_ready, run_experiment
+    from incastlab.spec import load_spec
+
+    script = tmp_path / "crash.py"
+    script.write_text(CRASH)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    spec = load_spec(None, FABRIC + [f"workload.script='{script}'"])
+    port = free_port()
+    status = run_experiment(spec, run_dir, controller_port=port, caps=check_ready(spec, port))
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert status == "failed", manifest
+    assert "rank 1" in manifest["reason"] and "ValueError: boom at step 2" in manifest["reason"]
+    assert "in train_step" in manifest["reason"]
+    err = events(read_jsonl(run_dir / "workers" / "1.jsonl"), "error")[0]
+    assert err["traceback_tail"][-1] == "ValueError: boom at step 2"
+    _nothing_left(run_dir)
