@@ -28,16 +28,14 @@ nothing.
 """
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from incastlab.topologies import runformat
 from incastlab.topologies.fabricmap import DEFAULT_MTU, frame_bytes
 
+from .failover import read_event_rows
 from .reconcile import capture_drop_total, port_table
 
 __all__ = ["AUTHORITY", "CHECKS", "below_rate", "datapath_drop_total", "failure_windows",
@@ -156,31 +154,19 @@ def runtime_verdict(manifest: dict) -> dict:
 
 def failure_windows(run_dir) -> list[tuple[float, float]]:
     """[(start, end)] wall times while an event had a link or switch down
-    (events.jsonl: from the first such event to the last one or its undo, plus
-    FAILURE_GRACE_S; an event never undone lasts to the end of time)."""
-    try:
-        lines = (Path(run_dir) / runformat.EVENTS).read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-    rows = []
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and row.get("action") in NETWORK_FAILURES \
-                and isinstance(row.get("t"), (int, float)):
-            rows.append(row)
+    (events.jsonl, read as failover.read_event_rows does: from the first such event to
+    the last one or its undo, plus FAILURE_GRACE_S; an event never undone lasts to the
+    end of time)."""
+    rows = [r for r in read_event_rows(run_dir) if r.get("action") in NETWORK_FAILURES
+            and isinstance(r.get("t"), (int, float))]
     if not rows:
         return []
-    start = min(r["t"] for r in rows)
-    downs = {r.get("index") for r in rows if r["action"].endswith("_down")
-             and r.get("kind") == "apply"}
-    undone = {r.get("index") for r in rows if r.get("kind") == "undo"}
-    ups = [r for r in rows if r["action"].endswith("_up")]
-    never = bool(downs - undone) and not ups
-    end = math.inf if never else max(r["t"] for r in rows) + FAILURE_GRACE_S
-    return [(float(start), end)]
+    times = [r["t"] for r in rows] + [r["t_undo"] for r in rows
+                                      if isinstance(r["t_undo"], (int, float))]
+    never = any(r["action"].endswith("_down") and r["t_undo"] is None for r in rows) \
+        and not any(r["action"].endswith("_up") for r in rows)
+    end = math.inf if never else max(times) + FAILURE_GRACE_S
+    return [(float(min(times)), end)]
 
 
 def uncounted_losses(queue_summary: pd.DataFrame, attributed: pd.DataFrame,
