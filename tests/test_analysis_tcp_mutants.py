@@ -149,7 +149,11 @@ def _dupack_kinds_script():
 @functools.lru_cache(maxsize=None)
 def _frames(name: str) -> dict:
     """Parsed captures of one scenario: {iface: frame} (parsed once; never modified)."""
-    d = Path(tempfile.mkdtemp(prefix="tcp-mutants-"))
+    with tempfile.TemporaryDirectory(prefix="tcp-mutants-") as d:
+        return _parsed(name, Path(d))
+
+
+def _parsed(name: str, d: Path) -> dict:
     extra = {}
     if name == "scenario":
         s, _ = scenario_tcp()
@@ -429,13 +433,13 @@ def test_flow_summary_exact():
     assert tcp.flow_summary(t).iloc[0]["retrans_packets"] == 0  # no retrans table given
 
 
-def test_flow_summary_without_final_ack_or_duration():
+def test_flow_summary_without_final_ack_or_duration(tmp_path):
     t = _tcp("window")
     s = tcp.flow_summary(t).iloc[0]
     assert np.isnan(s["fct_s"])            # nothing ACKed the last byte
     one = TcpScript()
     one.data(0.01, 0)
-    d = Path(tempfile.mkdtemp(prefix="tcp-mutants-"))
+    d = tmp_path
     write_pcap(d / "a.pcap", one.sender, one.t0)
     s1 = tcp.flow_summary(tcp.combine({"a": read_pcap(d / "a.pcap", cache=False)})).iloc[0]
     assert s1["duration_s"] == 0 and np.isnan(s1["goodput_mbps"])
@@ -446,7 +450,7 @@ def test_flow_summary_without_final_ack_or_duration():
     assert ts["mbps"].iloc[0] == pytest.approx(MSS * 8 / 0.01 / 1e6)
 
 
-def test_throughput_series_default_bins_exact():
+def test_throughput_series_default_bins_exact(tmp_path):
     ts = tcp.throughput_series(_tcp("scenario"))
     # span 0.69 s / 200 rounds to 0.00 -> the 10 ms floor
     assert ts.attrs["bin_s"] == 0.01
@@ -462,7 +466,7 @@ def test_throughput_series_default_bins_exact():
     far = TcpScript()
     far.data(0.01, 0)
     far.data(4.01, MSS)
-    d = Path(tempfile.mkdtemp(prefix="tcp-mutants-"))
+    d = tmp_path
     write_pcap(d / "f.pcap", far.sender, far.t0)
     wide = tcp.throughput_series(tcp.combine({"f": read_pcap(d / "f.pcap", cache=False)}))
     # t0 + 4.0 is 1700000004.01; arange's 200th step lands 4 us short of it, and the
@@ -521,22 +525,22 @@ def test_the_silence_before_a_resend_with_one_packet_before_it():
     assert np.isnan(e["end"].iloc[0]) and np.isnan(e["duration_s"].iloc[0])  # never ACKed
 
 
-def test_losses_at_the_receiver_captures_last_instant_count():
+def test_losses_at_the_receiver_captures_last_instant_count(tmp_path):
     """The window's end is inclusive: a packet sent at the very time of the receiver
     capture's last packet (0.0466 s, microsecond timestamps) is still compared."""
     s = _window_script()
     s.data(0.0466, 5 * MSS, lost=True)
-    d = Path(tempfile.mkdtemp(prefix="tcp-mutants-"))
+    d = tmp_path
     s.write(d / "a.pcap", d / "b.pcap")
     t = tcp.combine({n: read_pcap(d / f"{n}.pcap", cache=False) for n in ("a", "b")})
     assert list(tcp.losses(t)["seq"]) == [1 * MSS, 5 * MSS]
 
 
-def test_one_packet_at_the_receiver_is_a_window():
+def test_one_packet_at_the_receiver_is_a_window(tmp_path):
     s = TcpScript()
     s.data(0.0100, 0, lost=True)
     s.data(0.0101, MSS)                        # the receiver capture's only packet
-    d = Path(tempfile.mkdtemp(prefix="tcp-mutants-"))
+    d = tmp_path
     s.write(d / "a.pcap", d / "b.pcap")
     t = tcp.combine({n: read_pcap(d / f"{n}.pcap", cache=False) for n in ("a", "b")})
     assert list(tcp.losses(t)["seq"]) == [0]
