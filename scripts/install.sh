@@ -17,6 +17,7 @@ APT_PACKAGES=(
   python3 python3-venv python3-pip make
   tshark  # Wireshark's TCP analysis: a root test checks our retransmission counts with it
   chromium  # headless: tests open report.html/compare.html offline as a reader would
+  clang llvm libbpf-dev bpftool  # the BPF programs (DCTCP, ECN marking) built below
 )
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -78,7 +79,10 @@ if [ -n "$have" ] && [ "$have" -lt "$SEND_BUFFER" ]; then
 fi
 
 # The venv must come from the system Python that Debian's mininet package serves.
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import mininet.net' 2>/dev/null; then
+if [ ! -x .venv/bin/python ] || ! # The kernel of this machine kind lacks tcp_dctcp and RED: the project's own BPF programs
+# stand in for them (incastlab/bpf/), built from source here.
+bash scripts/build_bpf.sh
+.venv/bin/python -c 'import mininet.net' 2>/dev/null; then
   echo "==> creating .venv (system Python, --system-site-packages)"
   rm -rf .venv
   /usr/bin/python3 -m venv --system-site-packages .venv
@@ -89,6 +93,9 @@ if [ ! -f "$stamp" ] || [ setup.py -nt "$stamp" ]; then
   .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
   touch "$stamp"
 fi
+# The kernel of this machine kind lacks tcp_dctcp and RED: the project's own BPF programs
+# stand in for them (incastlab/bpf/), built from source here.
+bash scripts/build_bpf.sh
 .venv/bin/python -c 'import mininet.net, os_ken, torch, pandas, incastlab.topologies' \
   || { echo "install check failed: an import does not work" >&2; exit 1; }
 echo "==> incastlab installed: .venv/bin/incastlab"
