@@ -174,21 +174,19 @@ def test_killed_controller_fails_the_run(tmp_path):
 def test_sweep_compares_and_resumes(tmp_path):
     spec = _spec(tmp_path, iterations=3,
                  extra='')
-    text = spec.read_text().replace('kind = "ps"', 'kind = ["ps", "ring"]').replace(
-        'policy = "ecmp"', 'policy = ["single", "ecmp"]')
-    spec.write_text(text)
+    # one axis of two runs: the sweep's cross product is tested in the unit tier
+    # (test_spec); here the command must run each point, compare them, skip them on --resume
+    spec.write_text(spec.read_text().replace('kind = "ps"', 'kind = ["ps", "ring"]'))
     sweep_dir = tmp_path / "sweep"
     cmd = INCASTLAB + ["sweep", str(spec), "--out", str(sweep_dir), "--controller-port",
                        str(free_port())]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr + out.stdout
     runs = sorted(p.name for p in sweep_dir.iterdir() if (p / "manifest.json").exists())
-    assert runs == ["policy=ecmp,kind=ps,rep=1", "policy=ecmp,kind=ring,rep=1",
-                    "policy=single,kind=ps,rep=1", "policy=single,kind=ring,rep=1"]
+    assert runs == ["kind=ps,rep=1", "kind=ring,rep=1"]
     compare = sweep_dir / "compare"
-    assert (compare / "compare.html").is_file() or (compare / "index.html").is_file() or \
-        any(compare.glob("*.html"))
+    assert (compare / "compare.html").is_file()
     again = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
-    assert again.stdout.count("complete, skipped") == 4
+    assert again.stdout.count("complete, skipped") == 2
     _nothing_left()
