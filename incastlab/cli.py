@@ -60,11 +60,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The parsed command line. The words after the first ``--`` are not parsed: they are
+    ``args.rest`` (None without ``--``), for a command that ``takes_rest`` (a script's
+    own arguments: ``incastlab run --script train.py -- --epochs 2``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest = None
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, rest = argv[:cut], argv[cut + 1:]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if rest is not None and not getattr(args, "takes_rest", False):
+        parser.error(f"incastlab {args.command} takes no arguments after --")
+    args.rest = rest
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     # Ctrl-C must stop a run (and tear it down) even when a shell without job control
     # started us in the background, which sets SIGINT to "ignore".
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     if args.verbose:
         os.environ["INCASTLAB_MININET_LOG"] = "info"
     try:

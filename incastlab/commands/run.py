@@ -1,12 +1,14 @@
 """Run one experiment: preflight, fabric, controller, captures, workload, teardown,
 analysis. Prints the path of report.html and a short summary. The spec is validated
-(with the machine's capabilities) before anything on the system is touched."""
+(with the machine's capabilities) before anything on the system is touched. Instead of
+a spec file, a job kind's shortcut (below) runs its common case on the default fabric,
+e.g. `incastlab run --script train.py --workers 4 -- --epochs 2`."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from incastlab.commands import common
+from incastlab.commands import common, shortcut
 
 HELP = "run one experiment from a spec and build its report"
 
@@ -18,10 +20,13 @@ def add_arguments(p):
     p.add_argument("--out", default=None,
                    help="run directory to create (default: <run.out_dir>/<name>-<time>)")
     p.add_argument("--no-report", action="store_true", help="skip the analysis step")
+    shortcut.add_flags(p)
+    p.set_defaults(takes_rest=True)  # the words after `--` (cli.main) go to a shortcut
 
 
 def run(args) -> int:
-    spec = common.load(args, allow_sweep=False)
+    spec = shortcut.load(args) if shortcut.asked(args) else \
+        common.load(args, allow_sweep=False)
     if spec is None:
         return 2
     caps = common.ready(spec, args)

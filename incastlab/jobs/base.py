@@ -58,6 +58,20 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class RunFlag:
+    """One option of a kind's ``incastlab run`` shortcut (commands/shortcut.py): the flag
+    sets ``[workload]`` field ``field`` of a spec on the default fabric. A flag that
+    ``selects`` asks for the kind (``--script``); the others only go with one."""
+
+    flag: str
+    field: str
+    help: str
+    metavar: str
+    type: Callable[[str], Any] = str
+    selects: bool = False
+
+
+@dataclass(frozen=True)
 class Roles:
     """How many hosts a job needs and what to call them in messages.
 
@@ -88,6 +102,10 @@ class Job:
     # The roles its apps log in their start events, as a reader calls them ("server":
     # "the parameter server"); the findings name a peer host by them.
     role_nouns: ClassVar[Mapping[str, str]] = {}
+    # `incastlab run`'s shortcut for the kind's common case (commands/shortcut.py): its
+    # flags, and the list field the words after `--` fill (None: they are refused).
+    run_flags: ClassVar[tuple[RunFlag, ...]] = ()
+    rest_field: ClassVar[str | None] = None
 
     # -- spec ------------------------------------------------------------------------
     def roles(self, w) -> Roles:

@@ -15,7 +15,15 @@ import os
 from dataclasses import dataclass
 
 from incastlab.fields import boolean, int_check, spec_field
-from incastlab.jobs.base import RENDEZVOUS_PORT, Job, Launch, Roles, TrainingFields, endpoints
+from incastlab.jobs.base import (
+    RENDEZVOUS_PORT,
+    Job,
+    Launch,
+    Roles,
+    RunFlag,
+    TrainingFields,
+    endpoints,
+)
 from incastlab.jobs.script_launch import torchrun_commands
 
 
@@ -92,6 +100,14 @@ class ScriptJob(Job):
     Fields = ScriptFields
     logged_modes = ("script",)
     role_nouns = {"script": "a rank of the script"}
+    run_flags = (
+        RunFlag("--script", "script", "your training script (a .py file), run under "
+                "torchrun on each worker host", "FILE.py", selects=True),
+        RunFlag("--module", "module", "or a module to run (torchrun -m)", "PKG.MOD",
+                selects=True),
+        RunFlag("--workers", "workers", "hosts, one rank each",
+                "N", int))
+    rest_field = "args"
 
     def roles(self, w) -> Roles:
         return Roles(0, w.workers, "script ranks")

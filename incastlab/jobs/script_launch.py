@@ -5,11 +5,16 @@ torchrun's own and its killpg reaches it).
 
     /usr/bin/env PYTHONPATH=<apps/script_boot>:... INCASTLAB_SCRIPT_RUN=1
         INCASTLAB_OBSERVE_OUT=<run>/workers GLOO_SOCKET_IFNAME=h3-eth0
+        PET_LOG_DIR=<run>/workers/torchrun
         <python> -m torch.distributed.run --nnodes N --node-rank i --nproc-per-node 1
         --master-addr <rank 0's address> --master-port 29500 train.py --epochs 2
 
 ``--nproc-per-node 1``: one rank per emulated host, so RANK = the node rank = the host's
 index in the placement, as for the built-in jobs.
+
+``PET_LOG_DIR`` is torchrun's ``--log-dir`` (its arguments read ``PET_<NAME>`` from the
+environment): without it every torchrun makes a ``torchelastic_*`` folder in /tmp that
+nothing removes; with it, its per-rank folders and error files stay in the run.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from collections.abc import Sequence
 from incastlab.apps.commands import Endpoint
 
 ENV = "/usr/bin/env"
+TORCHRUN_LOGS = "torchrun"  # under the workers' folder: <run>/workers/torchrun/
 
 
 def boot_dir() -> str:
@@ -32,9 +38,11 @@ def boot_dir() -> str:
 def rank_env(out: str, iface: str | None, observe: bool, map_nccl: bool) -> dict[str, str]:
     """The variables torchrun and its rank inherit (on top of the host's environment):
     the bootstrap on PYTHONPATH (in front of any PYTHONPATH already set), the observer's
-    output folder unless ``observe`` is off, the nccl mapping, gloo's interface."""
+    output folder unless ``observe`` is off, the nccl mapping, gloo's interface, and
+    torchrun's log folder inside ``out`` (nothing of torchrun's left in /tmp)."""
     path = [boot_dir()] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
-    env = {"PYTHONPATH": os.pathsep.join(path), "INCASTLAB_SCRIPT_RUN": "1"}
+    env = {"PYTHONPATH": os.pathsep.join(path), "INCASTLAB_SCRIPT_RUN": "1",
+           "PET_LOG_DIR": os.path.join(str(out), TORCHRUN_LOGS)}
     if observe:
         env["INCASTLAB_OBSERVE_OUT"] = str(out)
     if map_nccl:
