@@ -18,6 +18,8 @@ Framing of one gloo message of L bytes (gloo/transport/tcp/pair.h): a 48-byte pr
 (six size_t) before the data, one NOTIFY_RECV_READY (a preamble alone) from the receiver,
 and at most one NOTIFY_SEND_READY from the sender when the receiver had not posted its
 receive yet: gloo bytes per message from L + 96 to L + 144, split between the two ends.
+A connection of the full mesh starts with the opener's 8-byte sequence number
+(tcp/listener.h: sequence_number_t), before any message.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 
 PREAMBLE = 48                # bytes: struct Op's preamble, six 8-byte size_t
 MAX_SEGMENT = 1024 * 1024    # AllreduceOptionsImpl::kMaxSegmentSize
+CONNECT_BYTES = 8            # a new connection's sequence number, from its opener
 
 
 def _round_up(value: int, multiple: int) -> int:

@@ -123,20 +123,31 @@ COLLECTIVE_STEPS = 3
 def _sent_payload(pcap: Path, ip: str, t0: float, t1: float, store_port: int) -> int:
     """TCP payload bytes `ip` sent on gloo's connections (not the rendezvous store's)
     from t0 to t1, seen at its own link: each flow's span of sequence numbers, so a
-    retransmission counts once."""
-    from incastlab.analysis.pcap import ip_to_int, read_pcap
+    retransmission counts once; less the sequence number a connection's opener sends
+    first (gloo_bytes.CONNECT_BYTES) where that byte is in the window (a slow rank can
+    still be connecting its full mesh when another starts the first collective)."""
+    from incastlab.analysis.alphabeta import ACK_FRAME
+    from incastlab.analysis.pcap import ACK, SYN, ip_to_int, read_pcap
+    from tests.gloo_bytes import CONNECT_BYTES
     from tests.rootnet import relative_seq
 
-    seg = read_pcap(pcap, cache=False)
-    seg = seg[(seg.src == ip_to_int(ip)) & (seg.payload_len > 0) & (seg.t >= t0)
-              & (seg.t <= t1) & (seg.sport != store_port) & (seg.dport != store_port)]
+    every = read_pcap(pcap, cache=False)
+    mine = every[(every.src == ip_to_int(ip)) & (every.sport != store_port)
+                 & (every.dport != store_port)]
+    flags = mine["flags"]  # (mine.flags is the DataFrame's own attribute)
+    opened = mine[(flags & SYN).astype(bool) & ~(flags & ACK).astype(bool)]
+    isn = {(r.dst, r.sport, r.dport): int(r.seq) for r in opened.itertuples()}
+    seg = mine[(mine.payload_len > 0) & (mine.t >= t0) & (mine.t <= t1)]
     # the TCP/IP framing of each frame: Ethernet 14 + IPv4 20 + TCP 20 + timestamps 12
     # (a SACK block adds 8 per block: left out; SYNs carry no data)
-    assert ((seg.frame_len - seg.payload_len)[seg.sack == 0] == 66).all()
+    assert ((seg.frame_len - seg.payload_len)[seg.sack == 0] == ACK_FRAME).all()
     total = 0
-    for _key, flow in seg.groupby(["dst", "sport", "dport"]):
-        start = relative_seq(flow.seq.values, int(flow.seq.iloc[0]))
+    for key, flow in seg.groupby(["dst", "sport", "dport"]):
+        base = isn.get(key, int(flow.seq.iloc[0]))
+        start = relative_seq(flow.seq.values, base)
         total += int((start + flow.payload_len.to_numpy()).max() - start.min())
+        if key in isn and start.min() == 1:  # the opener's first byte is in the window
+            total -= CONNECT_BYTES
     return total
 
 
