@@ -82,13 +82,16 @@ def _run(argv: list[str]) -> str:
 
 
 def _node_run(node, argv: list[str]) -> str:
-    """argv in a Mininet node's namespace (its shell; the mount namespace is the root's,
-    so the pinned programs are visible: unlike `ip netns exec`, it does not remount /sys)."""
-    out = node.cmd(" ".join(shlex.quote(a) for a in argv) + " 2>&1; echo __rc=$?")
-    body, _, rc = out.rpartition("__rc=")
-    if rc.strip() != "0":
-        raise EcnError(f"{' '.join(argv)} failed on {node.name}: {body.strip()}")
-    return body
+    """argv in a Mininet node's network namespace, in the root's mount namespace: a
+    host's shell has its own (mnexec remounts /sys there, and our bpffs, mounted later,
+    is not in it), so enter only its network namespace (nsenter --net), as a switch,
+    which lives in the root namespace, needs nothing entered."""
+    if getattr(node, "inNamespace", False):
+        argv = ["nsenter", f"--net=/proc/{node.pid}/ns/net", *argv]
+    try:
+        return _run(argv)
+    except EcnError as exc:
+        raise EcnError(f"on {node.name}: {exc}") from None
 
 
 def root_netns_cookie() -> int:

@@ -11,6 +11,7 @@
  * it never reaches the peer.
  */
 #include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
@@ -37,7 +38,7 @@ struct ecn_stats {
 	__u64 in_pkts, in_bytes;   /* entered the queue (egress hook) */
 	__u64 out_pkts, out_bytes; /* left it (peer's ingress hook) */
 	__u64 marks;               /* ECT packets this port set to CE */
-	__u64 ce_arrived;          /* already CE on arrival (marked upstream) */
+	__u64 ce_arrived;          /* already CE on arrival (marked upstream), any occupancy */
 	__u64 not_ect_over;        /* not ECN-capable, arrived above the threshold */
 	__u64 full;                /* arrived at a full queue: the queue drops them */
 };
@@ -63,13 +64,24 @@ struct {
 	__type(value, struct ecn_stats);
 } stats SEC(".maps");
 
+extern void *bpf_cast_to_kern_ctx(void *ctx) __ksym;
+
+/* The cookie of the device's own namespace (bpf_get_netns_cookie was seen to miss at a
+ * host's ingress: it answers for the packet's socket, if any, not the device). */
+static __always_inline __u64 dev_netns_cookie(struct __sk_buff *ctx)
+{
+	struct sk_buff *skb = bpf_cast_to_kern_ctx(ctx);
+
+	return BPF_CORE_READ(skb, dev, nd_net.net, net_cookie);
+}
+
 static __always_inline struct ecn_stats *port_of(struct __sk_buff *skb, __u32 *slot)
 {
 	struct ecn_port_key key = {};
 	__u32 ifindex = skb->ifindex; /* each context field into a local: the verifier */
 	__u32 *found;
 
-	key.netns = bpf_get_netns_cookie(skb);
+	key.netns = dev_netns_cookie(skb);
 	key.ifindex = ifindex;
 	found = bpf_map_lookup_elem(&ports, &key);
 	if (!found)
@@ -119,12 +131,12 @@ int ecn_egress(struct __sk_buff *skb)
 	}
 	__sync_fetch_and_add(&st->in_pkts, 1);
 	__sync_fetch_and_add(&st->in_bytes, len);
-	if ((__u64)occupancy <= cf->threshold)
-		return TC_ACT_OK;
 	ecn = ecn_field(skb);
-	if (ecn == ECN_CE)
+	if (ecn == ECN_CE) /* what leaves CE = marks + ce_arrived: the captures' check */
 		__sync_fetch_and_add(&st->ce_arrived, 1);
-	else if (ecn > 0 && bpf_skb_ecn_set_ce(skb))
+	if (ecn == ECN_CE || (__u64)occupancy <= cf->threshold)
+		return TC_ACT_OK;
+	if (ecn > 0 && bpf_skb_ecn_set_ce(skb))
 		__sync_fetch_and_add(&st->marks, 1);
 	else if (ecn == 0)
 		__sync_fetch_and_add(&st->not_ect_over, 1);
