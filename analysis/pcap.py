@@ -71,8 +71,8 @@ from .pcaprecords import (LINKTYPE_ETHERNET, LINKTYPE_IPV4, LINKTYPE_LINUX_SLL,
                           MAGIC_US, MAX_CAPLEN, SUPPORTED_LINKTYPES, PcapError,
                           record_offsets)
 
-__all__ = ["ACK", "CACHE_DIR", "COLUMNS", "CWR", "ECE", "ECN_CE", "FIN", "LINKTYPE_ETHERNET", "LINKTYPE_IPV4",
-           "LINKTYPE_LINUX_SLL", "LINKTYPE_LINUX_SLL2", "LINKTYPE_RAW", "MAGIC_NS",
+__all__ = ["ACK", "CACHE_DIR", "COLUMNS", "CWR", "ECE", "ECN_CE", "FIN", "LINKTYPE_ETHERNET",
+           "LINKTYPE_IPV4", "LINKTYPE_LINUX_SLL", "LINKTYPE_LINUX_SLL2", "LINKTYPE_RAW", "MAGIC_NS",
            "MAGIC_PCAPNG", "MAGIC_US", "MAX_CAPLEN", "PARSER_VERSION", "PSH", "RECORD_CHUNK",
            "RST", "SUPPORTED_LINKTYPES", "SYN", "PcapError", "ip_to_int", "ip_to_str",
            "parse_pcap_bytes", "read_pcap", "read_pcaps", "record_offsets"]

@@ -22,7 +22,8 @@ def _gather(view, idx):
 
 _COL_DTYPES = (
     ("src", np.uint32), ("dst", np.uint32), ("proto", np.uint8), ("ip_len", np.uint16),
-    ("ip_id", np.uint16), ("ecn", np.uint8), ("sport", np.uint16), ("dport", np.uint16), ("seq", np.uint32),
+    ("ip_id", np.uint16), ("ecn", np.uint8), ("sport", np.uint16), ("dport", np.uint16),
+    ("seq", np.uint32),
     ("ack", np.uint32), ("flags", np.uint8), ("win", np.uint16), ("payload_len", np.int32),
     ("sack", bool), ("sack_hi", np.uint32), ("sack_ok", bool), ("has_ts", bool),
     ("tsval", np.uint32),

@@ -34,6 +34,16 @@ def test_threshold_in_the_queue_unit_is_taken():
     assert ecn.EcnMarking.of_topology(load_spec(None, []).topology) is None
 
 
+def test_byte_threshold_with_a_byte_queue():
+    t = load_spec(None, ["topology.queue_bytes=151400",
+                         "topology.ecn_threshold_bytes=30280"]).topology
+    assert ecn.EcnMarking.of_topology(t) == ecn.EcnMarking(30280, "bytes")
+    msg = _errors(["topology.queue_bytes=151400", "topology.ecn_threshold_bytes=151400"])
+    assert "topology.ecn_threshold_bytes: 151400 is not below topology.queue_bytes" in msg
+    msg = _errors(["topology.queue_bytes=151400", "topology.ecn_threshold_packets=20"])
+    assert "the switch queues count bytes: give topology.ecn_threshold_bytes" in msg
+
+
 @pytest.mark.parametrize("k", [100, 101, 5000])
 def test_threshold_at_or_above_the_queue_is_refused(k):
     msg = _errors([f"topology.ecn_threshold_packets={k}"])

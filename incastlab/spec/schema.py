@@ -103,6 +103,11 @@ class Topology:
     queue_bytes: int | None = _f(None, _optional(_int(1, MAX_QUEUE_BYTES, unit="bytes")),
                                  "instead of queue_packets: bfifo limit of every switch "
                                  "egress queue, at least one frame (mtu + 14)", sweep=True)
+    slow_start_after_idle: bool = _f(True, _bool,
+                                     "TCP slow start after an idle period, in every host "
+                                     "(net.ipv4.tcp_slow_start_after_idle; true is the "
+                                     "kernel's default); false keeps a connection's window "
+                                     "across the pauses between a job's steps", sweep=True)
     ecn_threshold_packets: int | None = _f(
         None, _optional(_int(0, 100_000, unit="packets")),
         "mark CE on ECN-capable packets that arrive at a switch egress queue holding more "
@@ -112,11 +117,6 @@ class Topology:
         None, _optional(_int(0, MAX_QUEUE_BYTES, unit="bytes")),
         "as ecn_threshold_packets, in bytes, for queues of topology.queue_bytes",
         sweep=True)
-    slow_start_after_idle: bool = _f(True, _bool,
-                                     "TCP slow start after an idle period, in every host "
-                                     "(net.ipv4.tcp_slow_start_after_idle; true is the "
-                                     "kernel's default); false keeps a connection's window "
-                                     "across the pauses between a job's steps", sweep=True)
 
 
 @dataclass
