@@ -27,6 +27,7 @@ Columns (units)
     proto        IP protocol number (6 TCP, 17 UDP), 0 if not IPv4
     ip_len       IPv4 total length, bytes
     ip_id        IPv4 identification (tells a retransmission from a capture duplicate)
+    ecn          IPv4 ECN field (RFC 3168): 0 not ECN-capable, 2 ECT(0), 1 ECT(1), 3 CE
     sport, dport L4 ports (TCP/UDP)
     seq, ack     TCP sequence and acknowledgement numbers (raw, uint32)
     flags        TCP flags byte (FIN 1, SYN 2, RST 4, PSH 8, ACK 16, URG 32, ECE 64, CWR 128)
@@ -70,19 +71,20 @@ from .pcaprecords import (LINKTYPE_ETHERNET, LINKTYPE_IPV4, LINKTYPE_LINUX_SLL,
                           MAGIC_US, MAX_CAPLEN, SUPPORTED_LINKTYPES, PcapError,
                           record_offsets)
 
-__all__ = ["ACK", "CACHE_DIR", "COLUMNS", "FIN", "LINKTYPE_ETHERNET", "LINKTYPE_IPV4",
-           "LINKTYPE_LINUX_SLL", "LINKTYPE_LINUX_SLL2", "LINKTYPE_RAW", "MAGIC_NS",
+__all__ = ["ACK", "CACHE_DIR", "COLUMNS", "CWR", "ECE", "ECN_CE", "FIN", "LINKTYPE_ETHERNET",
+           "LINKTYPE_IPV4", "LINKTYPE_LINUX_SLL", "LINKTYPE_LINUX_SLL2", "LINKTYPE_RAW", "MAGIC_NS",
            "MAGIC_PCAPNG", "MAGIC_US", "MAX_CAPLEN", "PARSER_VERSION", "PSH", "RECORD_CHUNK",
            "RST", "SUPPORTED_LINKTYPES", "SYN", "PcapError", "ip_to_int", "ip_to_str",
            "parse_pcap_bytes", "read_pcap", "read_pcaps", "record_offsets"]
 
-PARSER_VERSION = 5
+PARSER_VERSION = 6
 RECORD_CHUNK = 1 << 20  # records parsed per step (bounds temporary memory)
 
-FIN, SYN, RST, PSH, ACK = 1, 2, 4, 8, 16
+FIN, SYN, RST, PSH, ACK, ECE, CWR = 1, 2, 4, 8, 16, 64, 128
+ECN_CE = 3  # the ecn column's Congestion Experienced
 
 COLUMNS = ["t", "iface", "frame_len", "caplen", "ethertype", "vlan", "src", "dst",
-           "proto", "ip_len", "ip_id", "sport", "dport", "seq", "ack", "flags", "win",
+           "proto", "ip_len", "ip_id", "ecn", "sport", "dport", "seq", "ack", "flags", "win",
            "payload_len", "sack", "sack_hi", "sack_ok", "has_ts", "tsval", "tsecr", "hdr_ok"]
 
 

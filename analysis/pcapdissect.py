@@ -22,7 +22,8 @@ def _gather(view, idx):
 
 _COL_DTYPES = (
     ("src", np.uint32), ("dst", np.uint32), ("proto", np.uint8), ("ip_len", np.uint16),
-    ("ip_id", np.uint16), ("sport", np.uint16), ("dport", np.uint16), ("seq", np.uint32),
+    ("ip_id", np.uint16), ("ecn", np.uint8), ("sport", np.uint16), ("dport", np.uint16),
+    ("seq", np.uint32),
     ("ack", np.uint32), ("flags", np.uint8), ("win", np.uint16), ("payload_len", np.int32),
     ("sack", bool), ("sack_hi", np.uint32), ("sack_ok", bool), ("has_ts", bool),
     ("tsval", np.uint32),
@@ -35,9 +36,9 @@ OUT_DTYPES = (("t", np.float64), ("frame_len", np.uint32), ("caplen", np.uint32)
 # start (16-byte record header, 14-byte Ethernet header). 82 bytes reach the end of a
 # leading NOP,NOP,timestamp option.
 _FAST_W = 82
-_FAST_IP = np.dtype({"names": ["et", "vihl", "ip_len", "ip_id", "frag", "proto"],
-                     "formats": [">u2", "u1", ">u2", ">u2", ">u2", "u1"],
-                     "offsets": [0, 2, 4, 6, 8, 11], "itemsize": 12})      # bytes 28..40
+_FAST_IP = np.dtype({"names": ["et", "vihl", "tos", "ip_len", "ip_id", "frag", "proto"],
+                     "formats": [">u2", "u1", "u1", ">u2", ">u2", ">u2", "u1"],
+                     "offsets": [0, 2, 3, 4, 6, 8, 11], "itemsize": 12})   # bytes 28..40
 _FAST_TCP = np.dtype({"names": ["src", "dst", "sport", "dport", "seq", "ack", "doff",
                                 "flags", "win"],
                       "formats": [">u4", ">u4", ">u2", ">u2", ">u4", ">u4", "u1", "u1", ">u2"],
@@ -100,6 +101,7 @@ def parse_records(buf, p, info, fast):
                 ip_len = _native(ipk, "ip_len").astype(np.int64)
                 put("ip_len", ip_len)
                 put("ip_id", _native(ipk, "ip_id"))
+                put("ecn", ipk["tos"] & 3)
                 for name in ("src", "dst", "sport", "dport", "seq", "ack", "flags", "win"):
                     put(name, _native(tck, name))
                 put("payload_len", np.maximum(ip_len - 20 - doff, 0))
@@ -176,6 +178,7 @@ def _parse_general(buf, a, n, endian, lt, p, cap, rows, cols, et_out, vlan_out):
     sub["proto"][ii] = np.where(ok3, proto, 0)
     sub["ip_len"][ii] = np.where(ok3, ip_len, 0)
     sub["ip_id"][ii] = np.where(ok3, w1 >> 16, 0)
+    sub["ecn"][ii] = np.where(ok3, (w0 >> 16) & 3, 0)  # the TOS byte's low two bits
     frag_off = w1 & 0x1FFF
     l4 = L3 + ihl
     l4len = l3len[ii] - ihl

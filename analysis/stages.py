@@ -62,10 +62,10 @@ _REGISTERED: list[Stage] = []
 
 def declared() -> list[Stage]:
     """Every stage of the report, in list order (see the module docstring)."""
-    from . import failoverreport, fidelityreport, latencyreport, multijob, sections
+    from . import ecn, failoverreport, fidelityreport, latencyreport, multijob, sections
 
     return [*sections.STAGES, fidelityreport.STAGE, failoverreport.STAGE, latencyreport.STAGE,
-            multijob.STAGE, *_REGISTERED]
+            multijob.STAGE, ecn.STAGE, *_REGISTERED]
 
 
 def register(stage: Stage) -> Stage:

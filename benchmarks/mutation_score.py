@@ -51,7 +51,7 @@ BOUND_TESTS = ["tests/test_analysis_alphabeta.py", "tests/test_allreduce_bounds.
                "tests/test_jobs_moe.py", "tests/test_jobs_ps_modes.py",
                "tests/test_jumbo_jobs.py", "tests/test_alphabeta_mutants.py",
                "tests/test_bound_mutants.py", "tests/test_incast_condition.py",
-               "tests/test_incast_job_bound.py"]
+               "tests/test_incast_job_bound.py", "tests/test_moe_job_bound.py"]
 # the bound's pieces still in a job kind's module (Job.bound, which gathers the bound's
 # inputs from the run, schedule_s and the helpers only they use): scored by mutant name,
 # "<file> (bound)" in MODULES; the rest of those modules (commands, tables, figures) is not

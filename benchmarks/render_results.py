@@ -190,6 +190,20 @@ def _memory(data: dict) -> list[str]:
                         "report, min"], table_rows)
 
 
+def _observer(data: dict) -> list[str]:
+    rows = [[r["workload"], f"{r['plain_step_ms']:.2f}", f"{r['observed_step_ms']:.2f}",
+             f"{r['ratio']:.3f}", f"{min(r['pair_ratios']):.3f}–{max(r['pair_ratios']):.3f}"]
+            for r in data["results"]]
+    return [f"A script's median optimizer step with the observer against the same script "
+            f"without it, measured in the same run ({data['ranks']} torchrun nodes on "
+            f"loopback, {data['repetitions']} launches a condition in ABBA order, "
+            f"{data['steps']} timed steps after {data['warmup']}); the target ratio is at "
+            f"most {data['target_ratio']:g}. The machine's 1-minute load average, before "
+            f"and after: {fmt(data.get('load_average_1min'), '.1f')} on {data.get('cpus')} "
+            f"cores.", ""] + table(
+        ["script", "step without, ms", "step with, ms", "ratio", "ABBA pairs' ratios"], rows)
+
+
 def _relative(x: float) -> str:
     """A rate relative to ours: '1', '1/23' when slower, '×1.06' when faster."""
     return "1" if abs(x - 1) < 1e-9 else f"1/{1 / x:.0f}" if x < 1 else f"×{x:.2f}"
@@ -217,7 +231,8 @@ def _runs(data: dict) -> list[str]:
 
 RENDERERS = {"allreduce_efficiency": _allreduce, "pipeline_bubbles": _pipeline,
              "routing_balance": _routing, "fabric_fidelity": _fabric, "parse_pcap": _parse,
-             "mutation_score": _mutation, "runs": _runs, "analysis_memory": _memory}
+             "mutation_score": _mutation, "runs": _runs, "analysis_memory": _memory,
+             "observer_overhead": _observer}
 
 
 # ----------------------------------------------------------------------------- the page

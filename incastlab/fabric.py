@@ -31,6 +31,7 @@ from incastlab.controller.registry import (DEFAULT_EXTERNAL, POLICIES, OptionErr
                                            parse_controller)
 from incastlab.fabric_watch import (STORM_PPS_FLOOR, FabricError, StormWatch, ovsdb_rows,
                                     storm_limit_pps, uuids)
+from incastlab.ecn import EcnMarker, EcnMarking
 from incastlab.lock import RunLock
 from incastlab.preflight import Capabilities, PreflightError, run_preflight
 from incastlab.state import RunState
@@ -77,7 +78,8 @@ class Fabric:
     RTO of the pause, down to the initial window).
     ready_timeout: seconds allowed for switches, routes and reachability.
     capabilities: the result of a preflight the caller has just run (the runner's
-    check_ready); without it the fabric runs its own.
+    check_ready); without it the fabric runs its own. ecn_marking: mark CE at every
+    switch egress queue above a threshold (incastlab.ecn), None for no marking.
     """
 
     def __init__(self, topo, policy: str = "single", run_dir: str | os.PathLike | None = None,
@@ -85,7 +87,8 @@ class Fabric:
                  congestion_control: str = "cubic", policy_args: list[str] | None = None,
                  ready_timeout: float = 60.0, check_reachability: bool = True,
                  capabilities: Capabilities | None = None,
-                 slow_start_after_idle: bool = True):
+                 slow_start_after_idle: bool = True,
+                 ecn_marking: EcnMarking | None = None):
         self.topo = topo
         self.policy = policy
         self.run_dir = Path(run_dir) if run_dir else None
@@ -106,6 +109,9 @@ class Fabric:
         self._old_handlers: dict = {}
         self._stopped = False
         self._saved_allowed_cc: str | None = None
+        # ECN marks at the switch queues (incastlab.ecn); its bpffs goes in clean_state
+        self.ecn_marking = ecn_marking
+        self.ecn: EcnMarker | None = None
         self._external_ready = False     # policy external: every switch was connected
         self._next_external_check = 0.0  # time.monotonic() of the next OVSDB check
 
@@ -187,6 +193,9 @@ class Fabric:
                     self.state.add_process(node.pid, f"mininet shell {node.name}")
         self.net.start()
         self._configure_hosts()
+        if self.ecn_marking is not None:
+            self.ecn = EcnMarker(self.ecn_marking, self.state)
+            self.ecn.attach(self.net, fmap)
         self._wait_ready(fmap)
 
     def stop(self) -> None:

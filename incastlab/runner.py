@@ -28,6 +28,7 @@ from incastlab import multijob
 from incastlab import ovs_buffer
 from incastlab.capture.pcap import start_captures
 from incastlab.controller.registry import POLICIES
+from incastlab.ecn import EcnMarking
 from incastlab.fabric import DEFAULT_CONTROLLER_PORT, Fabric, Terminated
 from incastlab.jobs import job_for
 from incastlab.lock import RunLock
@@ -134,7 +135,7 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
     topo = spec.make_topology()
     progress.phase("fabric and controller coming up")
     fab = Fabric(topo, policy=spec.routing.policy, run_dir=run_dir, controller_port=port,
-                 **host_tcp(spec),
+                 **host_tcp(spec), ecn_marking=EcnMarking.of_topology(spec.topology),
                  policy_args=policy_args(spec), ready_timeout=spec.run.phase_timeout_s,
                  # check_ready's preflight, not a second one (a copy: the fabric adds notices)
                  capabilities=dataclasses.replace(caps, notices=list(caps.notices))
@@ -147,11 +148,14 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
         counters.snapshot(fab, run_dir / rf.COUNTERS_DIR, "before")
         procs: list = []
         captures: list = []
-        sampler = None
+        samplers: list = []  # the queue sampler, and the ECN marker's with marking on
         scheduler = None
         datapath = None
         try:
-            sampler = _start_sampler(fab, fmap, run_dir, spec.capture.queue_sample_ms)
+            samplers.append(_start_sampler(fab, fmap, run_dir, spec.capture.queue_sample_ms))
+            if fab.ecn is not None:
+                manifest.update(ecn=_ecn_record(fab))
+                samplers.append(_start_ecn_sampler(fab, run_dir))
             if spec.capture.enabled:
                 _require_disk(run_dir, MIN_FREE_BYTES)
                 progress.phase("captures starting")
@@ -190,7 +194,7 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
                 finally:
                     manifest.update(cpu=cpu.summary())
         finally:
-            _stop_workload(fab, run_dir, manifest, scheduler, procs, captures, sampler)
+            _stop_workload(fab, run_dir, manifest, scheduler, procs, captures, samplers)
             if datapath is not None:  # after the captures' stats: the verdict reads both
                 manifest.update(fidelity={"counters": datapath.finish()})
                 manifest.update(fidelity=fidelity.runtime_verdict(manifest.data))
@@ -214,7 +218,7 @@ def _record_fabric(spec: Spec, fab: Fabric, topo, manifest: Manifest,
 
 
 def _stop_workload(fab: Fabric, run_dir: Path, manifest: Manifest, scheduler, procs: list,
-                   captures: list, sampler) -> None:
+                   captures: list, samplers: list) -> None:
     """The run's teardown inside the fabric, on every path out: events undone, the
     workload's processes, the captures and the queue sampler stopped (their stats into
     the manifest), and the counters after the run."""
@@ -227,8 +231,8 @@ def _stop_workload(fab: Fabric, run_dir: Path, manifest: Manifest, scheduler, pr
     if captures:
         manifest.update(capture_drops=stats, capture_lossy=sorted(
             i for i, s in stats.items() if s.get("dropped_by_kernel")))
-    if sampler is not None:
-        _stop_all([sampler])
+    if samplers:
+        _stop_all(samplers)
         meta = run_dir / rf.QUEUES_META
         if meta.exists():
             manifest.update(queue_sampler=json.loads(meta.read_text()))
@@ -254,6 +258,25 @@ def _start_sampler(fab: Fabric, fmap: FabricMap, run_dir: Path, interval_ms: flo
     # switch ports live in the root namespace, so the sampler runs there too
     proc = subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL)
     fab.state.add_process(proc.pid, "queue sampler")
+    return proc
+
+
+def _ecn_record(fab: Fabric) -> dict:
+    """What the manifest says of the ECN marking: threshold, unit, how, which ports."""
+    m = fab.ecn
+    return {"threshold": m.marking.threshold, "unit": m.marking.unit,
+            "marker": "bpf (incastlab/bpf/ecn_mark.bpf.c)", "tcp_ecn": 1,
+            "ports": sorted(m.slots.values())}
+
+
+def _start_ecn_sampler(fab: Fabric, run_dir: Path, interval_ms: float = 200.0):
+    """The marker's counters into ecn.csv (incastlab.capture.ecn_sampler), root namespace."""
+    slots = ",".join(f"{s}={iface}" for s, iface in sorted(fab.ecn.slots.items()))
+    argv = [sys.executable, "-m", "incastlab.capture.ecn_sampler", "--stats",
+            str(fab.ecn.stats_map), "--slots", slots, "--interval-ms", f"{interval_ms:g}",
+            "--out", str(run_dir / rf.ECN_COUNTERS.name)]
+    proc = subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL)
+    fab.state.add_process(proc.pid, "ecn sampler")
     return proc
 
 

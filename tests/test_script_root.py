@@ -115,3 +115,78 @@ def test_a_crashing_script_fails_the_run_with_its_traceback_and_leaves_nothing(t
     err = events(read_jsonl(run_dir / "workers" / "1.jsonl"), "error")[0]
     assert err["traceback_tail"][-1] == "ValueError: boom at step 2"
     _nothing_left(run_dir)
+
+
+COLLECTIVE_STEPS = 3
+
+
+def _sent_payload(pcap: Path, ip: str, t0: float, t1: float, store_port: int) -> int:
+    """TCP payload bytes `ip` sent on gloo's connections (not the rendezvous store's)
+    from t0 to t1, seen at its own link: each flow's span of sequence numbers, so a
+    retransmission counts once; less the sequence number a connection's opener sends
+    first (gloo_bytes.CONNECT_BYTES) where that byte is in the window (a slow rank can
+    still be connecting its full mesh when another starts the first collective)."""
+    from incastlab.analysis.alphabeta import ACK_FRAME
+    from incastlab.analysis.pcap import ACK, SYN, ip_to_int, read_pcap
+    from tests.gloo_bytes import CONNECT_BYTES
+    from tests.rootnet import relative_seq
+
+    every = read_pcap(pcap, cache=False)
+    mine = every[(every.src == ip_to_int(ip)) & (every.sport != store_port)
+                 & (every.dport != store_port)]
+    flags = mine["flags"]  # (mine.flags is the DataFrame's own attribute)
+    opened = mine[(flags & SYN).astype(bool) & ~(flags & ACK).astype(bool)]
+    isn = {(r.dst, r.sport, r.dport): int(r.seq) for r in opened.itertuples()}
+    seg = mine[(mine.payload_len > 0) & (mine.t >= t0) & (mine.t <= t1)]
+    # the TCP/IP framing of each frame: Ethernet 14 + IPv4 20 + TCP 20 + timestamps 12
+    # (a SACK block adds 8 per block: left out; SYNs carry no data)
+    assert ((seg.frame_len - seg.payload_len)[seg.sack == 0] == ACK_FRAME).all()
+    total = 0
+    for key, flow in seg.groupby(["dst", "sport", "dport"]):
+        base = isn.get(key, int(flow.seq.iloc[0]))
+        start = relative_seq(flow.seq.values, base)
+        total += int((start + flow.payload_len.to_numpy()).max() - start.min())
+        if key in isn and start.min() == 1:  # the opener's first byte is in the window
+            total -= CONNECT_BYTES
+    return total
+
+
+def test_the_run_shortcut_runs_collectives_and_the_host_links_carry_what_was_logged(
+        tmp_path):
+    """`incastlab run --script examples/collectives.py --workers 4 -- --steps 3` end to end
+    to a report; then every host's uplink carried, on gloo's connections while the
+    collectives ran, the bytes gloo's algorithms send for the logged collectives
+    (tests/gloo_bytes.py) plus gloo's own framing, within its bounds."""
+    from incastlab import cli
+    from incastlab.analysis.rundir import load_fabric
+    from incastlab.jobs.base import RENDEZVOUS_PORT
+    from incastlab.spec import loads_spec
+    from tests.gloo_bytes import expected
+
+    os.chdir(ROOT)
+    run_dir = tmp_path / "run"
+    assert cli.main(["-q", "run", "--script", "examples/collectives.py", "--workers", "4",
+                     "--out", str(run_dir), "--controller-port", str(free_port()), "--",
+                     "--steps", str(COLLECTIVE_STEPS)]) == 0
+    spec = loads_spec((run_dir / "spec.toml").read_text())
+    assert (spec.workload.kind, spec.workload.script, spec.workload.workers,
+            spec.workload.args) == ("script", "examples/collectives.py", 4,
+                                    ["--steps", str(COLLECTIVE_STEPS)])
+    assert spec.topology == loads_spec("").topology and spec.run.name == "collectives"
+    assert (run_dir / "report.html").is_file()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "complete"
+
+    coll = pd.read_csv(run_dir / "tables" / "collectives.csv")
+    params = 4  # examples/collectives.py: 2 Linear layers, weight and bias each
+    assert (coll[coll["rank"] == 0]["op"].value_counts().to_dict()
+            == {"all_reduce": params * COLLECTIVE_STEPS, "broadcast": params, "barrier": 1})
+    traffic = expected(coll[coll["rank"] == 0].sort_values("seq").to_dict("records"), 4)
+    t0, t1 = coll["t_start"].min(), coll["t_end"].max()
+    ips = load_fabric(run_dir).ip_by_host()
+    for rank, host in enumerate(manifest["placement"]["workers"]):
+        got = _sent_payload(run_dir / "pcap" / f"{host}-eth0.pcap", ips[host], t0, t1,
+                            RENDEZVOUS_PORT)
+        least, most = traffic[rank].payload_range()
+        assert least <= got <= most, (rank, host, got, least, most, traffic[rank])
+    _nothing_left(run_dir)

@@ -282,7 +282,7 @@ def test_sharded_ps_and_worker_leaves():
      "topology.policy: unknown field (it belongs in [routing]: routing.policy); [topology] "
      "has kind, spines, leaves, hosts_per_leaf, senders, host_bw_mbps, fabric_bw_mbps, "
      "oversubscription, queue_packets, delay, congestion_control, mtu, queue_bytes, "
-     "slow_start_after_idle"),
+     "slow_start_after_idle, ecn_threshold_packets, ecn_threshold_bytes"),
     ('policy = "ecmp"\n', "policy: a field outside its table; write it under [routing]"),
     ("routing = 3\n", "routing: 3 is not a table"),
     # a list where no sweep is allowed

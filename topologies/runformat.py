@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["FORMAT_VERSION", "Column", "CsvFile", "QUEUES", "PORT_STATS", "FLOW_PATHS",
-           "FAILOVER", "CSV_FILES", "worker_log", "counters_file"]
+           "FAILOVER", "ECN_COUNTERS", "ECN_MARKS", "CSV_FILES", "worker_log", "counters_file"]
 
 FORMAT_VERSION = 1
 
@@ -116,7 +116,31 @@ FAILOVER = CsvFile("failover.csv", "controller (one row per change of a link's l
     Column("reaction_s", "s", "t_installed - t_seen", numeric=True),
 ))
 
-CSV_FILES = (QUEUES, PORT_STATS, FLOW_PATHS, FAILOVER)
+ECN_COUNTERS = CsvFile("ecn.csv", "ECN marker sampler (incastlab.capture.ecn_sampler)", (
+    _t(), Column("switch", "", "switch name"),
+    Column("port", "", "OpenFlow port number", numeric=True),
+    Column("iface", "", "interface name, <switch>-eth<port>"),
+    _count("in_pkts", "packets that entered the queue (egress hook), cumulative"),
+    _count("in_bytes", "bytes that entered the queue, cumulative", "bytes"),
+    _count("out_pkts", "packets that left it (the peer's ingress hook), cumulative"),
+    _count("out_bytes", "bytes that left it, cumulative", "bytes"),
+    _count("marks", "ECT packets this port set to CE, cumulative"),
+    _count("ce_arrived", "packets already CE on arrival (marked upstream), cumulative"),
+    _count("not_ect_over", "non-ECT packets that arrived above the threshold, cumulative"),
+    _count("full", "packets that arrived at a full queue (it drops them), cumulative"),
+))
+
+# tables/ecn_marks.csv (analysis): marks per port per second since the run's start
+ECN_MARKS = CsvFile("ecn_marks.csv", "analysis (analysis/ecn.py, from ecn.csv)", (
+    Column("iface", "", "switch egress interface"),
+    Column("second", "s", "whole seconds since the run's start: the row covers "
+           "[second, second + 1)", numeric=True),
+    _count("marks", "CE marks set in that second"),
+    _count("ce_arrived", "packets already CE on arrival in that second"),
+    _count("full", "packets that arrived at a full queue in that second"),
+))
+
+CSV_FILES = (QUEUES, PORT_STATS, FLOW_PATHS, FAILOVER, ECN_COUNTERS)
 
 
 def worker_log(rank: int | str) -> str:

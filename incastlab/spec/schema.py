@@ -108,6 +108,15 @@ class Topology:
                                      "(net.ipv4.tcp_slow_start_after_idle; true is the "
                                      "kernel's default); false keeps a connection's window "
                                      "across the pauses between a job's steps", sweep=True)
+    ecn_threshold_packets: int | None = _f(
+        None, _optional(_int(0, 100_000, unit="packets")),
+        "mark CE on ECN-capable packets that arrive at a switch egress queue holding more "
+        "than this many packets (below topology.queue_packets; the hosts then negotiate "
+        "ECN, net.ipv4.tcp_ecn = 1); default: no marking. docs/ecn.md", sweep=True)
+    ecn_threshold_bytes: int | None = _f(
+        None, _optional(_int(0, MAX_QUEUE_BYTES, unit="bytes")),
+        "as ecn_threshold_packets, in bytes, for queues of topology.queue_bytes",
+        sweep=True)
 
 
 @dataclass

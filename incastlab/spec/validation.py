@@ -179,10 +179,37 @@ def _topology_problems(t, caps: dict[str, Any], ok: Callable[..., bool]) -> list
             errors.append(f"topology.queue_bytes: {t.queue_bytes!r} given with topology.delay "
                           f"= {t.delay!r}; netem's queue limit counts packets, so a delay "
                           "needs topology.queue_packets")
+    errors += _ecn_problems(t, ok)
     if t.delay and ok("topology.delay") and caps.get("netem") is False:
         errors.append(f"topology.delay: {t.delay!r} needs netem (sch_netem), which this "
                       "kernel does not have; leave topology.delay out here")
     return errors
+
+
+def _ecn_problems(t, ok: Callable[..., bool]) -> list[str]:
+    """An ECN threshold in the queue's own unit, below its limit (incastlab.ecn)."""
+    keys = ("topology.ecn_threshold_packets", "topology.ecn_threshold_bytes",
+            "topology.queue_packets", "topology.queue_bytes")
+    if not ok(*keys):
+        return []
+    packets, nbytes = t.ecn_threshold_packets, t.ecn_threshold_bytes
+    if packets is not None and nbytes is not None:
+        return [f"topology.ecn_threshold_packets, topology.ecn_threshold_bytes: {packets!r} "
+                f"packets and {nbytes!r} bytes; give one, in the unit of the queue's limit"]
+    for k, unit, limit, limit_key, other in (
+            (packets, "packets", t.queue_packets, "queue_packets", "ecn_threshold_bytes"),
+            (nbytes, "bytes", t.queue_bytes, "queue_bytes", "ecn_threshold_packets")):
+        if k is None:
+            continue
+        if limit is None:
+            return [f"topology.ecn_threshold_{unit}: {k!r} {unit}, but the switch queues "
+                    f"count {'bytes' if unit == 'packets' else 'packets'}: give "
+                    f"topology.{other} instead (the queue's unit)"]
+        if k >= limit:
+            return [f"topology.ecn_threshold_{unit}: {k!r} is not below topology.{limit_key} "
+                    f"= {limit!r}: a queue never holds more than that, so nothing would be "
+                    f"marked; give 0 to {limit - 1}"]
+    return []
 
 
 def _routing_problems(r, t, ok: Callable[..., bool]) -> list[str]:
