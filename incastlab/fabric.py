@@ -208,6 +208,7 @@ class Fabric:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             if self.net is not None:
+                self._drop_congestion_references()
                 try:
                     self.net.stop()
                 except Exception as exc:  # keep going: the state clean-up below finishes
@@ -227,6 +228,20 @@ class Fabric:
             signal.signal(signal.SIGINT, previous_int)
             for sig, handler in self._old_handlers.items():
                 signal.signal(sig, handler)
+
+    def _drop_congestion_references(self) -> None:
+        """Our BPF DCTCP: destroy every TCP socket left in the hosts (ss -K) while their
+        namespaces can still be entered. An orphaned socket (FIN_WAIT after its process
+        was killed) keeps its namespace alive, and with it the struct_ops, for the ~100 s
+        of its FIN retransmissions; measured: unregistered but still loaded afterwards."""
+        if self.congestion is None or self.congestion.implementation != "bpf":
+            return
+        for host in self.net.hosts:
+            if getattr(host, "shell", None) is not None:
+                try:
+                    host.cmd("ss -aKt >/dev/null 2>&1")
+                except Exception:  # noqa: BLE001 - a dead shell: clean_state follows
+                    continue
 
     # ----------------------------------------------------------------- helpers
     def _start_controller(self) -> None:
