@@ -1,8 +1,8 @@
 """Remove what crashed runs of ours left behind (``incastlab clean``), like ``mn -c``
-but only ours: the bridges, interfaces, namespaces, processes and CPU-throttle cgroups
-recorded in our state files (see incastlab.state), and preflight's probe namespaces
-whose creator died (the name carries its pid and start time). Idempotent; repeats
-until nothing recorded remains."""
+but only ours: the bridges, interfaces, namespaces, processes, CPU-throttle cgroups and
+BPF struct_ops (our DCTCP) recorded in our state files (see incastlab.state), and
+preflight's probe namespaces whose creator died (the name carries its pid and start
+time). Idempotent; repeats until nothing recorded remains."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,7 @@ import signal
 import subprocess
 import time
 
-from incastlab import ecn, subnet_guard
+from incastlab import congestion, ecn, subnet_guard
 from incastlab.hostevents import remove_cgroup
 from incastlab.lock import RunLock
 from incastlab.preflight import PROBE_NETNS_PREFIX
@@ -95,6 +95,11 @@ def clean_state(state: RunState) -> list[str]:
     for path in state.data.get("cgroups", []):
         if os.path.isdir(path) and remove_cgroup(path):
             removed.append(f"cgroup {path}")
+    # last: a struct_ops goes once the host namespaces whose default it is are gone
+    # (their processes, above); until then each namespace holds it
+    for name in state.data.get(congestion.STATE_KIND, []):
+        if congestion.unregister(name):
+            removed.append(f"struct_ops {name}")
     return removed
 
 
@@ -107,6 +112,8 @@ def leftovers(state: RunState) -> list[str]:
              if is_same_process(p["pid"], p["start"])]
     left += [f"cgroup {c}" for c in state.data.get("cgroups", []) if os.path.isdir(c)]
     left += [f"bpffs {m}" for m in state.data.get("bpf_mounts", []) if os.path.exists(m)]
+    left += [f"struct_ops {n}" for n in state.data.get(congestion.STATE_KIND, [])
+             if congestion.registered(n)]
     return left
 
 

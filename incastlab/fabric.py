@@ -26,6 +26,7 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import RemoteController, Switch
 
+from incastlab import congestion
 from incastlab.clean import clean, clean_state
 from incastlab.controller.registry import (DEFAULT_EXTERNAL, POLICIES, OptionError,
                                            parse_controller)
@@ -112,6 +113,8 @@ class Fabric:
         # ECN marks at the switch queues (incastlab.ecn); its bpffs goes in clean_state
         self.ecn_marking = ecn_marking
         self.ecn: EcnMarker | None = None
+        # what the hosts run for congestion_control (incastlab.congestion), set by start()
+        self.congestion: congestion.Choice | None = None
         self._external_ready = False     # policy external: every switch was connected
         self._next_external_check = 0.0  # time.monotonic() of the next OVSDB check
 
@@ -149,6 +152,12 @@ class Fabric:
                 controller_port=self.controller_port, need_netem=bool(self.topo.delay),
                 congestion_control=self.congestion_control, lock=self.lock)
         self._check_send_buffer()
+        try:
+            self.congestion = congestion.resolve(self.congestion_control,
+                                                 self.capabilities.congestion_controls,
+                                                 congestion.bpf_dctcp_problem())
+        except congestion.CongestionUnavailable as exc:
+            raise PreflightError(str(exc)) from None
         self.lock.acquire(str(self.run_dir) if self.run_dir else None)
         # Holding the lock, any other recorded fabric belongs to a run that died without
         # tearing down (SIGKILL, power loss): remove its leftovers before they collide.
@@ -208,6 +217,7 @@ class Fabric:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             if self.net is not None:
+                self._drop_congestion_references()
                 try:
                     self.net.stop()
                 except Exception as exc:  # keep going: the state clean-up below finishes
@@ -227,6 +237,20 @@ class Fabric:
             signal.signal(signal.SIGINT, previous_int)
             for sig, handler in self._old_handlers.items():
                 signal.signal(sig, handler)
+
+    def _drop_congestion_references(self) -> None:
+        """Our BPF DCTCP: destroy every TCP socket left in the hosts (ss -K) while their
+        namespaces can still be entered. An orphaned socket (FIN_WAIT after its process
+        was killed) keeps its namespace alive, and with it the struct_ops, for the ~100 s
+        of its FIN retransmissions; measured: unregistered but still loaded afterwards."""
+        if self.congestion is None or self.congestion.implementation != "bpf":
+            return
+        for host in self.net.hosts:
+            if getattr(host, "shell", None) is not None:
+                try:
+                    host.cmd("ss -aKt >/dev/null 2>&1")
+                except Exception:  # noqa: BLE001 - a dead shell: clean_state follows
+                    continue
 
     # ----------------------------------------------------------------- helpers
     def _start_controller(self) -> None:
@@ -249,20 +273,27 @@ class Fabric:
         out.close()
         self.state.add_process(self.controller.pid, "controller")
 
-    def _allow_congestion_control(self) -> None:
+    def _allow_congestion_control(self, name: str) -> None:
         """A namespace other than the root one may only pick an algorithm listed in
         the root's tcp_allowed_congestion_control (else EPERM). Add ours for the run;
-        stop() puts the list back."""
+        stop() puts the list back. (Our BPF DCTCP is listed from its registration on:
+        its flags carry TCP_CONG_NON_RESTRICTED.)"""
         allowed = ALLOWED_CC.read_text().split()
-        if self.congestion_control not in allowed:
+        if name not in allowed:
             self._saved_allowed_cc = " ".join(allowed)
-            ALLOWED_CC.write_text(" ".join(allowed + [self.congestion_control]))
+            ALLOWED_CC.write_text(" ".join(allowed + [name]))
 
     def _configure_hosts(self) -> None:
-        self._allow_congestion_control()
+        choice = self.congestion
+        if choice.implementation == "bpf":  # machine-wide: clean_state unregisters it
+            congestion.register(self.state)
+        self._allow_congestion_control(choice.kernel_name)
+        # the namespace default decides ECN negotiation: iperf3 -C and the like set the
+        # algorithm only after connect(), when the SYN has gone
+        ecn = " net.ipv4.tcp_ecn=1" if choice.needs_ecn else ""
         for host in self.net.hosts:
-            out = host.cmd(f"sysctl -qw net.ipv4.tcp_congestion_control={self.congestion_control}"
-                           " net.ipv4.tcp_slow_start_after_idle="
+            out = host.cmd(f"sysctl -qw net.ipv4.tcp_congestion_control={choice.kernel_name}"
+                           f"{ecn} net.ipv4.tcp_slow_start_after_idle="
                            f"{int(self.slow_start_after_idle)}"
                            " net.ipv6.conf.all.disable_ipv6=1"
                            " net.ipv6.conf.default.disable_ipv6=1; echo rc=$?")

@@ -13,7 +13,7 @@ import shutil
 import socket
 import subprocess
 
-from incastlab import ovs_buffer
+from incastlab import congestion, ovs_buffer
 from incastlab.state import process_start_time
 
 REQUIRED_TOOLS = {
@@ -40,6 +40,8 @@ class Capabilities:
     # switch queues together (incastlab.ovs_buffer), and where that figure came from
     ovs_send_buffer: int | None = None
     ovs_send_buffer_source: str | None = None
+    # which DCTCP topology.congestion_control = "dctcp" would run (incastlab.congestion)
+    dctcp: str | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -124,8 +126,8 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def run_preflight(controller_port: int | None = 6653, need_netem: bool = False,
-                  congestion_control: str | None = None, start_ovs_if_down: bool = True,
-                  lock=None) -> Capabilities:
+                  congestion_control: str | list[str] | None = None,
+                  start_ovs_if_down: bool = True, lock=None) -> Capabilities:
     """Check everything a fabric needs; raise PreflightError listing every failure.
 
     controller_port: TCP port the controller will listen on (127.0.0.1), or None.
@@ -156,9 +158,14 @@ def run_preflight(controller_port: int | None = 6653, need_netem: bool = False,
         problems.append("A link delay was asked for but this kernel has no netem "
                         "(sch_netem): remove topology.delay or use a kernel with netem.")
     ccs = congestion_controls()
-    if congestion_control and congestion_control not in ccs:
-        problems.append(f"TCP congestion control {congestion_control!r} is not available "
-                        f"here; available: {', '.join(ccs) or 'none'}.")
+    bpf_problem = congestion.bpf_dctcp_problem()
+    # a sweep lists several values: each must be runnable here
+    for name in ([congestion_control] if isinstance(congestion_control, str)
+                 else congestion_control or []):
+        try:
+            congestion.resolve(name, ccs, bpf_problem)
+        except congestion.CongestionUnavailable as exc:
+            problems.append(str(exc))
     if controller_port is not None and not port_free(controller_port):
         problems.append(f"Controller port 127.0.0.1:{controller_port} is in use: stop what "
                         "listens there or choose another port.")
@@ -184,4 +191,5 @@ def run_preflight(controller_port: int | None = 6653, need_netem: bool = False,
     return Capabilities(datapath=datapath, netem=netem, congestion_controls=ccs,
                         ovs_version=version[0].split()[-1] if version else "unknown",
                         notices=notices, ovs_send_buffer=buffer,
-                        ovs_send_buffer_source=source if buffer is not None else None)
+                        ovs_send_buffer_source=source if buffer is not None else None,
+                        dctcp=congestion.describe_dctcp(ccs, bpf_problem))

@@ -207,7 +207,7 @@ def _record_fabric(spec: Spec, fab: Fabric, topo, manifest: Manifest,
     hosts' TCP and, on the userspace datapath, OVS's socket buffers."""
     manifest.update(datapath=fab.capabilities.datapath, netem=fab.capabilities.netem,
                     ovs=fab.capabilities.ovs_version, notices=fab.capabilities.notices,
-                    **host_tcp(spec))
+                    congestion=fab.congestion.as_dict(), **host_tcp(spec))
     if fab.capabilities.datapath == "user":  # what bounded all switch queues together
         have, source = ovs_buffer.send_buffer()
         manifest.update(ovs_send_buffer={"bytes": have, "source": source,

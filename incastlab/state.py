@@ -3,7 +3,8 @@
 One JSON file per live fabric under ``STATE_DIR``: the bridges and interfaces it
 will create (names come from the topology, so they are known before bring-up),
 every process it starts (pid plus the kernel's start time, so a reused pid is never
-mistaken for ours) and the cgroups its CPU-throttle events make (incastlab.hostevents).
+mistaken for ours), the cgroups its CPU-throttle events make (incastlab.hostevents) and
+the BPF struct_ops it registers (incastlab.congestion), each before it is registered.
 ``incastlab clean`` reads these files, like ``mn -c`` but narrower.
 """
 from __future__ import annotations
@@ -59,7 +60,7 @@ class RunState:
         data = {"owner": {"pid": pid, "start": process_start_time(pid)},
                 "run_dir": str(run_dir) if run_dir else None, "created": time.time(),
                 "bridges": [], "interfaces": [], "netns": [], "processes": [],
-                "cgroups": []}
+                "cgroups": [], "struct_ops": []}
         state = cls(path, data)
         state.save()
         return state

@@ -494,7 +494,7 @@ def test_allowed_congestion_controls_restored_after_the_run(tmp_path, monkeypatc
     fake.write_text(allowed + "\n")
     monkeypatch.setattr(fabric, "ALLOWED_CC", fake)
     fab = fabric.Fabric(StarTopo(senders=1), congestion_control=cc)
-    fab._allow_congestion_control()
+    fab._allow_congestion_control(cc)
     assert fake.read_text().split() == during.split()
     fab.stop()  # nothing else was started: only the list to put back
     assert fake.read_text().split() == allowed.split()

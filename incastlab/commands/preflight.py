@@ -27,6 +27,7 @@ def run(args) -> int:
     print(f"datapath: {caps.datapath}")
     print(f"netem: {'yes' if caps.netem else 'no (no emulated delay or loss)'}")
     print(f"TCP congestion controls: {', '.join(caps.congestion_controls)}")
+    print(f"DCTCP: {caps.dctcp}")
     print(f"Open vSwitch: {caps.ovs_version}")
     if caps.ovs_send_buffer is not None:  # the userspace datapath's bound on all queues
         frames = caps.ovs_send_buffer // ovs_buffer.packet_charge(ovs_buffer.STANDARD_FRAME)

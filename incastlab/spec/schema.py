@@ -29,7 +29,8 @@ __all__ = ["CONGESTION_CONTROLS", "FORMAT_VERSION", "MAX_QUEUE_BYTES", "MAX_SWEE
            "schema_rows", "set_field"]
 
 TOPOLOGY_KINDS = ("leafspine", "star")
-CONGESTION_CONTROLS = ("cubic", "reno", "bbr")
+# dctcp: the kernel's tcp_dctcp, or the project's BPF one (incastlab.congestion)
+CONGESTION_CONTROLS = ("cubic", "reno", "bbr", "dctcp")
 # The controller's registry is the one list of policies and their polling ranges.
 POLICIES = tuple(controller_registry.POLICIES)
 POLL_RANGE = (min(p.poll_range[0] for p in controller_registry.POLICIES.values()),
