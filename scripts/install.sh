@@ -79,10 +79,7 @@ if [ -n "$have" ] && [ "$have" -lt "$SEND_BUFFER" ]; then
 fi
 
 # The venv must come from the system Python that Debian's mininet package serves.
-if [ ! -x .venv/bin/python ] || ! # The kernel of this machine kind lacks tcp_dctcp and RED: the project's own BPF programs
-# stand in for them (incastlab/bpf/), built from source here.
-bash scripts/build_bpf.sh
-.venv/bin/python -c 'import mininet.net' 2>/dev/null; then
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import mininet.net' 2>/dev/null; then
   echo "==> creating .venv (system Python, --system-site-packages)"
   rm -rf .venv
   /usr/bin/python3 -m venv --system-site-packages .venv
