@@ -18,6 +18,13 @@ def test_version_is_the_installed_distributions():
     assert out.strip() == f"incastlab {version('incastlab')}"
 
 
+def test_python_dash_m_incastlab_is_the_command_line():
+    out = subprocess.run([sys.executable, "-m", "incastlab", "--version"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("incastlab ")
+
+
 @pytest.fixture
 def sweep(tmp_path):
     for name in ("a", "b", "c", "d"):
