@@ -124,7 +124,8 @@ def test_sigint_mid_run_leaves_no_struct_ops(tmp_path):
         [sys.executable, "-m", "incastlab", "run", "--no-report", "--out", str(run_dir),
          "--controller-port", str(free_port()),
          "--set", "topology.congestion_control='dctcp'",
-         "--set", "workload.kind='incast'", "--set", "run.duration_limit_s=120"],
+         "--set", "workload.kind='incast'", "--set", "workload.senders=2",
+         "--set", "run.duration_limit_s=120"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
