@@ -396,16 +396,19 @@ _PART_WORDS = {"compute_s": "compute", "transfer_at_bound_s": "the bound",
 
 def group_costs(runs: list[dict]) -> dict[str, dict]:
     """{group: mean over its runs of metrics.json's cost parts (s)} for runs given as
-    compare.json lists them ({"dir", "group"}); runs without a cost are left out."""
+    compare.json lists them ({"dir", "group"}, and "cost" where the caller holds it);
+    runs without a cost are left out."""
     import json
     from pathlib import Path
 
     sums: dict[str, dict] = {}
     for r in runs:
-        try:
-            c = json.loads((Path(r["dir"]) / "metrics.json").read_text()).get("cost") or {}
+        try:  # the run's cost in hand (compare_runs), else its metrics.json's
+            c = r["cost"] if "cost" in r else json.loads(
+                (Path(r["dir"]) / "metrics.json").read_text()).get("cost")
         except (OSError, ValueError, KeyError):
             continue
+        c = c if isinstance(c, dict) else {}
         if not c.get("available"):
             continue
         acc = sums.setdefault(r["group"], {"n": 0, **{k: 0.0 for k in
@@ -438,6 +441,11 @@ def compare_cost(runs: list[dict]) -> list[str]:
         parts = sorted(((a[k] - b[k], k) for k in COST_PARTS), key=lambda x: -abs(x[0]))
         made = ", ".join(f"{_PART_WORDS[k]} {'+' if d >= 0 else '−'}{duration(abs(d))}"
                          for d, k in parts if abs(d) >= 5e-4)
-        out.append(f"{ga} took {duration(diff)} longer per iteration than {gb}"
-                   + (f": {made}." if made else "."))
+        times = (f" ({a['measured_s'] / b['measured_s']:.3g}× as long)"
+                 if b["measured_s"] > 0 else "")
+        if abs(diff) < 5e-4:  # below the sentences' 3 digits: no difference to split
+            out.append(f"{ga} and {gb} took as long per iteration.")
+        else:
+            out.append(f"{ga} took {duration(diff)} longer per iteration than {gb}{times}"
+                       + (f": {made}." if made else "."))
     return out
