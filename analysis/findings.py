@@ -136,13 +136,19 @@ def worst_queue(a) -> Finding:
     text = f"The worst queue was {where}: it first reached its peak, {size}" + (
         f",{when}" if when else "")
     drops = float(top["drops"])
-    if drops:
+    withheld = _withheld(a, "tc_drops", "incast_episodes")
+    if "tc_drops" in withheld:  # never a number the headline marks n/a
+        drops = 0.0
+    elif drops:
         first = g.loc[g["d_drops"] > 0, "t"] if len(g) and "d_drops" in g else pd.Series()
         text += (f", and tc counted {_plural(drops, 'drop')} there"
                  + (f" (the first by {duration(float(first.min()) - a.t0)})" if len(first) else ""))
-    else:
+    elif "tc_drops" not in withheld:
         text += ", and no switch queue dropped a packet"
-    eps = a.tables.get("episodes")
+    if withheld:  # the trust sentence names the input and says why, once
+        text += ("; n/a here: " + " and ".join(_WITHHELD_WORDS[k] for k in withheld)
+                 + " (an input is damaged or missing: see below)")
+    eps = a.tables.get("episodes") if "incast_episodes" not in withheld else None
     mine = eps[eps["iface"] == iface] if eps is not None and len(eps) else ()
     if len(mine):
         inc = mine[mine["incast"].astype(bool)]
@@ -158,6 +164,19 @@ def worst_queue(a) -> Finding:
         lost = float(here["capture_losses"].iloc[0]) if len(here) else 0.0
         text += f"; the captures place {_plural(lost, 'lost packet')} there"
     return Finding("queue", text + ".")
+
+
+_WITHHELD_WORDS = {"tc_drops": "its tc drop count",
+                   "incast_episodes": "its full and incast episodes"}
+
+
+def _withheld(a, *names: str) -> list[str]:
+    """Those of the headline metrics `names` whose inputs (metrics.py's declaration) are
+    missing or damaged in run `a`: the findings must not quote them."""
+    from .metrics import by_name
+
+    jobs = getattr(a, "jobs", None)
+    return [n for n in names if any(k in a.missing for k in by_name(n, jobs).inputs)]
 
 
 # --- 2. losses and retransmissions --------------------------------------------------
