@@ -165,11 +165,16 @@ class Observer:
             future = result.get_future()
         except RuntimeError:  # gloo's send/recv: timed at their wait()
             return
-        future.add_done_callback(lambda _f: self._completed(result))
+        # the callback names the Work by its key only: a Work in its own future's
+        # callback is a cycle through C++ that no collector sees, so the Work (and the
+        # gloo process group it holds) outlived destroy_process_group into the
+        # interpreter's exit, where a rank sometimes aborted (SIGABRT)
+        key = id(result)
+        future.add_done_callback(lambda _f: self._completed(key))
 
-    def _completed(self, work) -> None:
+    def _completed(self, key: int) -> None:
         with self.lock:
-            _, rec = self.pending.get(id(work), (None, None))
+            _, rec = self.pending.pop(key, (None, None))
         if rec is not None and rec["t_end"] is None:
             self.finish(rec)
 
@@ -227,6 +232,7 @@ class Observer:
     def end(self) -> None:
         with self.lock:
             unfinished = [rec for _, rec in self.pending.values() if rec["t_end"] is None]
+            self.pending.clear()  # release the Works before the interpreter's exit
         for rec in unfinished:  # never waited for: logged without an end
             self.log.write("collective", **rec, unfinished=True)
         self.log.write("end", t=time.time(), steps=self.step, collectives=self.logged,
