@@ -290,15 +290,21 @@ def run_inputs(a) -> dict:
             "lr_rule": rule if isinstance(rule, dict) else lr_rule(t.get("workers_raw"))}
 
 
+NO_TARGET = "time to accuracy: no run set workload.target_accuracy"
+
+
 def compare_section(runs: list[dict], out_dir) -> tuple[str, list[Path], dict]:
     """compare.html's time-to-accuracy section for ``runs`` (dicts with ``group``,
     ``spec``, ``accuracy`` (a :func:`curve`), ``staleness``, ``iteration_s``):
     (html, figure paths, a JSON-friendly summary). Empty html when no run logged
-    evaluations."""
+    evaluations, or none set a target accuracy (the summary's `left_out` says so).
+    Missing values read 'n/a'."""
     runs = [r for r in runs if r.get("accuracy") is not None and len(r["accuracy"])]
     if not runs:
         return "", [], {}
     targets = {_target(r["spec"]) for r in runs}
+    if targets == {None}:  # time to a target does not apply: the section is left out
+        return "", [], {"left_out": NO_TARGET}
     sources = {_source(r["spec"]) for r in runs}
     target = targets.pop() if len(targets) == 1 else None
     source = sources.pop() if len(sources) == 1 else None
@@ -323,7 +329,7 @@ def compare_section(runs: list[dict], out_dir) -> tuple[str, list[Path], dict]:
               "it. Staleness: model versions between the one a gradient was computed on "
               "and the one it was applied to.</p>"
             + img(fig, "accuracy vs time and gradients")
-            + df_html(table))
+            + df_html(table.astype(object).where(table.notna(), "n/a")))
     summary = {"target": target, "source": source, "findings": sentences,
                "table": table.to_dict(orient="records")}
     return body, [fig] if fig else [], summary

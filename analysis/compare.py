@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import accuracy, compare_plots, interactive, metrics
+from . import accuracy, compare_answer, compare_plots, interactive, metrics
 from . import interactive_compare as ic
 from . import multijob as mj
+from .findings import compare_cost
 from .confounds import BALANCE_RATIO, Confound, confounds, confounds_html
 from .groupstats import MIN_N_FOR_CI, cell_text, group_stats, mean_ci, t975
 from .render import CSS, img
@@ -277,9 +278,16 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False, jobs=None)
     tta_html, tta_figs, tta = accuracy.compare_section(
         [{**accuracy.run_inputs(r["analysis"]), "group": r["group"], "spec": r["spec"]}
          for r in used], out)
+    if tta.get("left_out"):
+        not_drawn.append(tta["left_out"])
     # [[jobs]]: each job's iteration time together / alone (analysis/multijob.py)
     jobs_html, jobs_slow = mj.compare_section(used, out)
-    body = [f"<h1>Comparison of {len(runs)} runs</h1>", *_banners(runs, used)]
+    # the answer first: what the time went to, per group and between groups, and ratios
+    answer = compare_cost([{"dir": r["dir"], "group": r["group"],
+                            "cost": r["analysis"].metrics.get("cost")} for r in used])
+    ratios = compare_answer.ratio_rows(table, declared)
+    body = [f"<h1>Comparison of {len(runs)} runs</h1>", *_banners(runs, used),
+            compare_answer.answer_html(answer, ratios)]
     body.append("<p>Groups differ in: " + (html.escape(", ".join(keys)) or "nothing (all "
                 "runs share one spec apart from seeds)") + f". With {MIN_N_FOR_CI} or more "
                 "runs in a group: mean ± half-width of the 95 % confidence interval (Student "
@@ -303,7 +311,7 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False, jobs=None)
     report = out / "compare.html"
     report.write_text(page)
     mpath = out / "compare.json"
-    mpath.write_text(_compare_json(keys, runs, checks, tta, jobs_slow, table))
+    mpath.write_text(_compare_json(keys, runs, checks, tta, jobs_slow, table, answer))
     return {"report": report, "table": table_path, "metrics": mpath, "plots": figs + tta_figs,
             "confounds": checks}
 
@@ -381,14 +389,14 @@ def _plots_html(iplot: str | None, figs: list, sweeps: list) -> str:
         + "</details>")
 
 
-def _compare_json(keys, runs, checks, tta, jobs_slow, table) -> str:
-    """compare.json's text."""
+def _compare_json(keys, runs, checks, tta, jobs_slow, table, answer) -> str:
+    """compare.json's text; `answer`: the sentences the page opens with (the terminal
+    prints them)."""
     return json.dumps(jsonable({
-        "groups_differ_in": keys, "runs": [{**{k: r[k] for k in ("dir", "group", "status",
-                                                                 "reason", "headline",
-                                                                 "headline_na")},
-                                            "analysis_complete": r["inputs"].get("complete")}
-                                           for r in runs],
+        "groups_differ_in": keys, "answer": answer,
+        "runs": [{**{k: r[k] for k in ("dir", "group", "status", "reason", "headline",
+                                       "headline_na")},
+                  "analysis_complete": r["inputs"].get("complete")} for r in runs],
         "confounds": [{"check": c.check, "differs": c.differs, "text": c.text}
                       for c in checks],
         "time_to_accuracy": tta,

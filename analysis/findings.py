@@ -136,13 +136,19 @@ def worst_queue(a) -> Finding:
     text = f"The worst queue was {where}: it first reached its peak, {size}" + (
         f",{when}" if when else "")
     drops = float(top["drops"])
-    if drops:
+    withheld = _withheld(a, "tc_drops", "incast_episodes")
+    if "tc_drops" in withheld:  # never a number the headline marks n/a
+        drops = 0.0
+    elif drops:
         first = g.loc[g["d_drops"] > 0, "t"] if len(g) and "d_drops" in g else pd.Series()
         text += (f", and tc counted {_plural(drops, 'drop')} there"
                  + (f" (the first by {duration(float(first.min()) - a.t0)})" if len(first) else ""))
-    else:
+    elif "tc_drops" not in withheld:
         text += ", and no switch queue dropped a packet"
-    eps = a.tables.get("episodes")
+    if withheld:  # the trust sentence names the input and says why, once
+        text += ("; n/a here: " + " and ".join(_WITHHELD_WORDS[k] for k in withheld)
+                 + " (an input is damaged or missing: see below)")
+    eps = a.tables.get("episodes") if "incast_episodes" not in withheld else None
     mine = eps[eps["iface"] == iface] if eps is not None and len(eps) else ()
     if len(mine):
         inc = mine[mine["incast"].astype(bool)]
@@ -158,6 +164,19 @@ def worst_queue(a) -> Finding:
         lost = float(here["capture_losses"].iloc[0]) if len(here) else 0.0
         text += f"; the captures place {_plural(lost, 'lost packet')} there"
     return Finding("queue", text + ".")
+
+
+_WITHHELD_WORDS = {"tc_drops": "its tc drop count",
+                   "incast_episodes": "its full and incast episodes"}
+
+
+def _withheld(a, *names: str) -> list[str]:
+    """Those of the headline metrics `names` whose inputs (metrics.py's declaration) are
+    missing or damaged in run `a`: the findings must not quote them."""
+    from .metrics import by_name
+
+    jobs = getattr(a, "jobs", None)
+    return [n for n in names if any(k in a.missing for k in by_name(n, jobs).inputs)]
 
 
 # --- 2. losses and retransmissions --------------------------------------------------
@@ -396,16 +415,19 @@ _PART_WORDS = {"compute_s": "compute", "transfer_at_bound_s": "the bound",
 
 def group_costs(runs: list[dict]) -> dict[str, dict]:
     """{group: mean over its runs of metrics.json's cost parts (s)} for runs given as
-    compare.json lists them ({"dir", "group"}); runs without a cost are left out."""
+    compare.json lists them ({"dir", "group"}, and "cost" where the caller holds it);
+    runs without a cost are left out."""
     import json
     from pathlib import Path
 
     sums: dict[str, dict] = {}
     for r in runs:
-        try:
-            c = json.loads((Path(r["dir"]) / "metrics.json").read_text()).get("cost") or {}
+        try:  # the run's cost in hand (compare_runs), else its metrics.json's
+            c = r["cost"] if "cost" in r else json.loads(
+                (Path(r["dir"]) / "metrics.json").read_text()).get("cost")
         except (OSError, ValueError, KeyError):
             continue
+        c = c if isinstance(c, dict) else {}
         if not c.get("available"):
             continue
         acc = sums.setdefault(r["group"], {"n": 0, **{k: 0.0 for k in
@@ -438,6 +460,11 @@ def compare_cost(runs: list[dict]) -> list[str]:
         parts = sorted(((a[k] - b[k], k) for k in COST_PARTS), key=lambda x: -abs(x[0]))
         made = ", ".join(f"{_PART_WORDS[k]} {'+' if d >= 0 else '−'}{duration(abs(d))}"
                          for d, k in parts if abs(d) >= 5e-4)
-        out.append(f"{ga} took {duration(diff)} longer per iteration than {gb}"
-                   + (f": {made}." if made else "."))
+        times = (f" ({a['measured_s'] / b['measured_s']:.3g}× as long)"
+                 if b["measured_s"] > 0 else "")
+        if abs(diff) < 5e-4:  # below the sentences' 3 digits: no difference to split
+            out.append(f"{ga} and {gb} took as long per iteration.")
+        else:
+            out.append(f"{ga} took {duration(diff)} longer per iteration than {gb}{times}"
+                       + (f": {made}." if made else "."))
     return out

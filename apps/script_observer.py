@@ -47,7 +47,7 @@ import time
 import traceback
 from typing import Any
 
-from incastlab.apps import common, script_steps
+from incastlab.apps import common, script_log, script_steps
 
 ENV_OUT = "INCASTLAB_OBSERVE_OUT"      # the workers/ directory (unset: not observed)
 ENV_MAP_NCCL = "INCASTLAB_MAP_NCCL"    # "1": init_process_group's nccl becomes gloo
@@ -112,7 +112,7 @@ class Observer:
     """The per-rank state: the log, the step in progress and its collectives."""
 
     def __init__(self, out_dir: str, rank: int, world: int, iface: str | None) -> None:
-        self.log = common.JsonLog(out_dir, rank)
+        self.log = script_log.RecordLog(out_dir, rank)
         self.rank, self.world = rank, world
         self.lock = threading.Lock()
         self.seq = itertools.count()
@@ -152,7 +152,7 @@ class Observer:
                 acc["bytes"] += rec["bytes"] or 0
                 acc["count"] += 1
             self.logged += 1
-        self.log.write("collective", **rec)
+        self.log.collective(rec)
 
     def returned(self, rec: dict, result) -> None:
         """A wrapped call returned `result`: done if synchronous, else await its Work."""
@@ -165,11 +165,16 @@ class Observer:
             future = result.get_future()
         except RuntimeError:  # gloo's send/recv: timed at their wait()
             return
-        future.add_done_callback(lambda _f: self._completed(result))
+        # the callback names the Work by its key only: a Work in its own future's
+        # callback is a cycle through C++ that no collector sees, so the Work (and the
+        # gloo process group it holds) outlived destroy_process_group into the
+        # interpreter's exit, where a rank sometimes aborted (SIGABRT)
+        key = id(result)
+        future.add_done_callback(lambda _f: self._completed(key))
 
-    def _completed(self, work) -> None:
+    def _completed(self, key: int) -> None:
         with self.lock:
-            _, rec = self.pending.get(id(work), (None, None))
+            _, rec = self.pending.pop(key, (None, None))
         if rec is not None and rec["t_end"] is None:
             self.finish(rec)
 
@@ -227,6 +232,7 @@ class Observer:
     def end(self) -> None:
         with self.lock:
             unfinished = [rec for _, rec in self.pending.values() if rec["t_end"] is None]
+            self.pending.clear()  # release the Works before the interpreter's exit
         for rec in unfinished:  # never waited for: logged without an end
             self.log.write("collective", **rec, unfinished=True)
         self.log.write("end", t=time.time(), steps=self.step, collectives=self.logged,
@@ -271,18 +277,43 @@ def _group_size(dist, group) -> int | None:
         return None
 
 
+def _binder(orig):
+    """A function (args, kwargs) -> {parameter: value, defaults included} for calls of
+    `orig`: inspect's bind costs more than a small collective, so for a plain signature
+    the names and defaults are read once. A call that does not fit may bind to nonsense:
+    `orig` then raises on it as it would unobserved, before anything is logged."""
+    sig = inspect.signature(orig)
+    params = list(sig.parameters.values())
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        def bind_slowly(args, kwargs):
+            a = sig.bind(*args, **kwargs)
+            a.apply_defaults()
+            return a.arguments
+        return bind_slowly
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                       p.POSITIONAL_OR_KEYWORD)]
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+
+    def bind(args, kwargs):
+        if len(args) > len(positional):
+            raise TypeError(f"{orig.__name__}: too many positional arguments")
+        arguments = dict(defaults)
+        arguments.update(zip(positional, args, strict=False))  # length checked above
+        arguments.update(kwargs)
+        return arguments
+    return bind
+
+
 def _wrap(obs: Observer, dist, name: str, orig):
     op, size_of, peer_key = OPS[name]
-    sig = inspect.signature(orig)
+    bind = _binder(orig)
 
     @functools.wraps(orig)
     def observed(*args, **kwargs):
         if _tls.depth:
             return orig(*args, **kwargs)
         try:
-            a = sig.bind(*args, **kwargs)
-            a.apply_defaults()
-            arguments = a.arguments
+            arguments = bind(args, kwargs)
             n = 2 if op in ("send", "recv") else _group_size(dist, arguments.get("group"))
             nbytes = size_of(arguments, n or 1)
         except Exception:  # noqa: BLE001 - a call we cannot read still runs as written

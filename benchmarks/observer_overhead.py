@@ -9,15 +9,19 @@ What it does
   the fabric gets them), once with the observer (``workload.observe = true``) and once
   without (``false``: the bootstrap alone), alternately (ABBA order, so a drift of the
   shared machine's load falls on both), --repetitions times. The scripts time their own
-  optimizer steps (perf_counter around forward, backward, the gradients' communication
-  and the step), so the figure is the same with or without the observer:
+  optimizer steps (forward, backward, the gradients' communication and the step) on two
+  clocks, so the figure is the same with or without the observer: wall-clock time
+  (perf_counter: the target's figure) and the rank's CPU time (process_time, all its
+  threads: what the observer adds is CPU work, and on a machine shared with other jobs
+  the CPU time of a step varies far less than its wall-clock time, which includes the
+  time the rank waited for a core):
   - ``ddp``: DDP over an MLP (DDP's buckets: the observer's comm hook, one record a
     bucket);
   - ``collectives``: one all_reduce a parameter tensor a step, as examples/collectives.py
     does (the observer's wrapper, one record a call: its worst case per byte).
   The baseline, measured in the same run: the same script without the observer. Per
-  launch, the median step of rank 0 after --warmup steps; per workload, the median over
-  repetitions of each condition and their ratio (target: at most 1.02), and each
+  launch, the median step of rank 0 after --warmup steps; per workload and clock, the
+  median over repetitions of each condition and their ratio (target: at most 1.02), and each
   ABBA pair's own ratio, and the machine's 1-minute load average before and after (on a
   shared machine the pairs' spread, not the median, says what the figure is worth).
   Ends with one JSON line of all figures (also to --results FILE). Timings are
@@ -57,37 +61,38 @@ SCRIPTS = {
 from torch.nn.parallel import DistributedDataParallel as DDP
 model = DDP(net, bucket_cap_mb=0.1)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-times = []
+times, cpu = [], []
 for i in range(a.warmup + a.steps):
     x = torch.randn(32, 64)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     opt.zero_grad(); model(x).pow(2).mean().backward(); opt.step()
-    times.append(time.perf_counter() - t)
+    times.append(time.perf_counter() - t); cpu.append(time.process_time() - c)
 ''',
     "collectives": COMMON + r'''
 n = dist.get_world_size()
 opt = torch.optim.SGD(net.parameters(), lr=0.01)
-times = []
+times, cpu = [], []
 for i in range(a.warmup + a.steps):
     x = torch.randn(32, 64)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     opt.zero_grad(); net(x).pow(2).mean().backward()
     for q in net.parameters():
         dist.all_reduce(q.grad); q.grad /= n
     opt.step()
-    times.append(time.perf_counter() - t)
+    times.append(time.perf_counter() - t); cpu.append(time.process_time() - c)
 ''',
 }
 END = r'''
 if dist.get_rank() == 0:
-    open(a.times, "w").write(json.dumps(times[a.warmup:]))
+    open(a.times, "w").write(json.dumps({"wall": times[a.warmup:], "cpu": cpu[a.warmup:]}))
 dist.barrier()
 dist.destroy_process_group()
 '''
 
 
-def launch(work: Path, name: str, observe: bool, args) -> float:
-    """One loopback torchrun job of `args.ranks` nodes; rank 0's median step (s)."""
+def launch(work: Path, name: str, observe: bool, args) -> dict[str, float]:
+    """One loopback torchrun job of `args.ranks` nodes; rank 0's median step (s), in
+    wall-clock time and in the process's CPU time."""
     path = work / f"{name}.py"
     path.write_text(SCRIPTS[name] + END)
     out = Path(tempfile.mkdtemp(prefix=f"{name}-{int(observe)}-", dir=work))
@@ -104,25 +109,36 @@ def launch(work: Path, name: str, observe: bool, args) -> float:
     records = list((out / "workers").glob("*.jsonl"))
     if observe != bool(records):  # the condition is what it says it is
         raise SystemExit(f"{name}: observe={observe} but {len(records)} observer logs")
-    return statistics.median(json.loads(times.read_text()))
+    return {clock: statistics.median(v) for clock, v in json.loads(times.read_text()).items()}
 
 
 def measure(name: str, work: Path, args) -> dict:
-    """ABBA repetitions of one script; medians and ratios."""
-    plain, observed, pairs = [], [], []
+    """ABBA repetitions of one script; medians and ratios, per clock."""
+    runs = {False: [], True: []}
     for rep in range(args.repetitions):
         order = (False, True) if rep % 2 == 0 else (True, False)
         got = {observe: launch(work, name, observe, args) for observe in order}
-        plain.append(got[False])
-        observed.append(got[True])
-        pairs.append(got[True] / got[False])
-        print(json.dumps({"workload": name, "rep": rep, "plain_ms": got[False] * 1e3,
-                          "observed_ms": got[True] * 1e3}), file=sys.stderr, flush=True)
-    p, o = statistics.median(plain), statistics.median(observed)
-    return {"workload": name, "plain_step_ms": p * 1e3, "observed_step_ms": o * 1e3,
-            "ratio": o / p, "pair_ratios": [round(r, 4) for r in pairs],
-            "plain_runs_ms": [round(t * 1e3, 3) for t in plain],
-            "observed_runs_ms": [round(t * 1e3, 3) for t in observed]}
+        for observe in order:
+            runs[observe].append(got[observe])
+        print(json.dumps({"workload": name, "rep": rep, **{
+            f"{'observed' if o else 'plain'}_{clock}_ms": got[o][clock] * 1e3
+            for o in order for clock in CLOCKS}}), file=sys.stderr, flush=True)
+    row = {"workload": name}
+    for clock, prefix in CLOCKS.items():
+        plain = [r[clock] for r in runs[False]]
+        observed = [r[clock] for r in runs[True]]
+        p, o = statistics.median(plain), statistics.median(observed)
+        row.update({f"{prefix}plain_step_ms": p * 1e3, f"{prefix}observed_step_ms": o * 1e3,
+                    f"{prefix}ratio": o / p,
+                    f"{prefix}pair_ratios": [round(b / a, 4)
+                                             for a, b in zip(plain, observed, strict=True)],
+                    f"{prefix}plain_runs_ms": [round(t * 1e3, 3) for t in plain],
+                    f"{prefix}observed_runs_ms": [round(t * 1e3, 3) for t in observed]})
+    return row
+
+
+# the scripts' two clocks -> the prefix of their figures ("": wall-clock, the target's)
+CLOCKS = {"wall": "", "cpu": "cpu_"}
 
 
 def main(argv=None) -> int:
@@ -139,9 +155,10 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="observer-overhead-") as tmp:
         rows = [measure(name, Path(tmp), args) for name in args.workloads.split(",")]
     for r in rows:
-        print(f"{r['workload']:12s} plain {r['plain_step_ms']:8.3f} ms  observed "
-              f"{r['observed_step_ms']:8.3f} ms  ratio {r['ratio']:.3f}  pairs "
-              f"{min(r['pair_ratios']):.3f}-{max(r['pair_ratios']):.3f}")
+        for clock, x in CLOCKS.items():
+            print(f"{r['workload']:12s} {clock:4s} plain {r[x + 'plain_step_ms']:8.3f} ms  "
+                  f"observed {r[x + 'observed_step_ms']:8.3f} ms  ratio {r[x + 'ratio']:.3f}  "
+                  f"pairs {min(r[x + 'pair_ratios']):.3f}-{max(r[x + 'pair_ratios']):.3f}")
     figures = {"benchmark": "observer_overhead", "title": "Script observer overhead",
                "target_ratio": TARGET_RATIO, "ranks": args.ranks, "steps": args.steps,
                "warmup": args.warmup, "repetitions": args.repetitions, "results": rows,

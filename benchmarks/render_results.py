@@ -191,9 +191,13 @@ def _memory(data: dict) -> list[str]:
 
 
 def _observer(data: dict) -> list[str]:
-    rows = [[r["workload"], f"{r['plain_step_ms']:.2f}", f"{r['observed_step_ms']:.2f}",
-             f"{r['ratio']:.3f}", f"{min(r['pair_ratios']):.3f}–{max(r['pair_ratios']):.3f}"]
-            for r in data["results"]]
+    # a row per workload and clock: wall-clock ("" prefix), and the rank's CPU time when
+    # the file has it ("cpu_")
+    rows = [[r["workload"], clock, f"{r[x + 'plain_step_ms']:.2f}",
+             f"{r[x + 'observed_step_ms']:.2f}", f"{r[x + 'ratio']:.3f}",
+             f"{min(r[x + 'pair_ratios']):.3f}–{max(r[x + 'pair_ratios']):.3f}"]
+            for r in data["results"]
+            for clock, x in (("wall-clock", ""), ("CPU", "cpu_")) if x + "ratio" in r]
     return [f"A script's median optimizer step with the observer against the same script "
             f"without it, measured in the same run ({data['ranks']} torchrun nodes on "
             f"loopback, {data['repetitions']} launches a condition in ABBA order, "
@@ -201,7 +205,8 @@ def _observer(data: dict) -> list[str]:
             f"most {data['target_ratio']:g}. The machine's 1-minute load average, before "
             f"and after: {fmt(data.get('load_average_1min'), '.1f')} on {data.get('cpus')} "
             f"cores.", ""] + table(
-        ["script", "step without, ms", "step with, ms", "ratio", "ABBA pairs' ratios"], rows)
+        ["script", "clock", "step without, ms", "step with, ms", "ratio",
+         "ABBA pairs' ratios"], rows)
 
 
 def _relative(x: float) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from incastlab import bpf
+from incastlab.fields import OFF as ECN_OFF  # stdlib only: the sampler imports this module
 
 BPF_ROOT = Path(os.environ.get("INCASTLAB_BPF_DIR", "/run/incastlab/bpf"))
 OBJECT = "ecn_mark"
@@ -46,11 +47,11 @@ class EcnMarking:
 
     @classmethod
     def of_topology(cls, t) -> EcnMarking | None:
-        """From a validated spec's [topology]: None when no threshold is given."""
-        if getattr(t, "ecn_threshold_bytes", None) is not None:
-            return cls(int(t.ecn_threshold_bytes), "bytes")
-        if getattr(t, "ecn_threshold_packets", None) is not None:
-            return cls(int(t.ecn_threshold_packets), "packets")
+        """From a validated spec's [topology]: None when no threshold is given (or 'off')."""
+        for unit in ("bytes", "packets"):
+            value = getattr(t, f"ecn_threshold_{unit}", None)
+            if value is not None and value != ECN_OFF:
+                return cls(int(value), unit)
         return None
 
 

@@ -72,6 +72,20 @@ def optional(inner: Check) -> Check:
     return check
 
 
+OFF = "off"  # a setting turned off where a list cannot hold a missing value (sweeps)
+
+
+def or_off(inner: Check, off: str = OFF) -> Check:
+    """``inner``, or the word ``off`` (a setting turned off): a sweep list may then hold
+    both, e.g. ``[20, "off"]``, which TOML cannot say with a missing value."""
+    def check(v):
+        if v == off:
+            return None
+        problem = inner(v)
+        return f"{problem} or {off!r}" if problem else None
+    return check
+
+
 def boolean(v) -> str | None:
     return None if isinstance(v, bool) else f"{v!r} is not true or false"
 

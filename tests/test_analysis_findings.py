@@ -296,6 +296,7 @@ def test_a_comparison_says_what_the_difference_is_made_of(tmp_path):
                       "run(s).")
     assert "mean of 2 run(s)" in out[1] and "+ 50 ms the network's cost" in out[1]
     # 2.455 - 0.627 = 1.828 s: the bound +1.1 s, the schedule +0.78 s, network -48 ms
-    assert out[2] == ("kind=ps took 1.83 s longer per iteration than kind=ring: the bound "
+    assert out[2] == ("kind=ps took 1.83 s longer per iteration than kind=ring (3.92× as "
+                      "long): the bound "
                       "+1.1 s, the job's own schedule +0.78 s, the network over the bound "
                       "−48 ms, compute −4 ms.")

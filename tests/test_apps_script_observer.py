@@ -37,6 +37,12 @@ else:
     t = time.time(); open("IRECV_RETURNED", "w").write(repr(t)); w.wait()
 w = dist.all_reduce(torch.ones(5000), async_op=True)                # 20000 B
 w.wait()
+w = dist.all_reduce(torch.ones(10), async_op=True)                  # 40 B, never waited
+from incastlab.apps import script_observer                         # (the test peeks)
+deadline = time.time() + 30
+while script_observer._OBSERVER.pending and time.time() < deadline:
+    time.sleep(0.01)
+open(f"PENDING{r}", "w").write(str(len(script_observer._OBSERVER.pending)))
 dist.destroy_process_group()
 '''
 
@@ -93,14 +99,17 @@ def test_every_collective_kind_is_logged_with_its_bytes_in_order(tmp_path, monke
         recs = sorted(events(log, "collective"), key=lambda e: e["seq"])
         p2p = [("send", "send", 1200), ("send", "isend", 200)] if rank == 0 else \
             [("recv", "recv", 1200), ("recv", "irecv", 200)]
-        tail = [("all_reduce", "all_reduce", 20000)]
+        tail = [("all_reduce", "all_reduce", 20000), ("all_reduce", "all_reduce", 40)]
         assert [(e["op"], e["call"], e["bytes"]) for e in recs] == expect + p2p + tail
         assert [e["seq"] for e in recs] == list(range(len(recs)))
         assert all(e["group_size"] == (2 if e["op"] in ("send", "recv") else n) for e in recs)
         starts = [e["t_start"] for e in recs]
         assert starts == sorted(starts)  # called in order, on one thread
         assert all(e["t_end"] >= e["t_start"] for e in recs)
-        assert [e["async_op"] for e in recs][-3:] == [False, True, True]
+        assert [e["async_op"] for e in recs][-4:] == [False, True, True, True]
+        # a completed Work is released by the observer, not kept until the exit (its
+        # future's callback holding it kept the process group alive past destroy)
+        assert (tmp_path / f"PENDING{rank}").read_text() == "0"
         assert events(log, "end")[0]["collectives"] == len(recs)
         assert events(log, "end")[0]["steps"] == 0 and not events(log, "iteration")
     # the irecv returned at once but completed only when the sender sent, 0.6 s later

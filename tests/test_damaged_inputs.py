@@ -280,3 +280,33 @@ def test_compare_leaves_a_partial_runs_na_out_of_the_means(pristine, tmp_path):
     data = json.loads(out["metrics"].read_text())
     assert [r["analysis_complete"] for r in data["runs"]] == [True, True, False]
     assert "at least 4" in data["runs"][2]["headline_na"]["tc_drops"]
+
+
+def _queue_finding(a) -> str:
+    return next(f for f in a.metrics["findings"] if f.startswith("The worst queue"))
+
+
+def test_findings_quote_no_queue_number_the_headline_withholds(run):
+    """queues.csv cut at 0.2 s: tc_drops and incast_episodes are n/a, so the worst queue's
+    sentence quotes neither what remains (4 drops, 2 episodes) nor the run's; it says
+    n/a once and leaves the reason to the trust sentence (issue 27 item 3)."""
+    _cut_queues(run, 0.2)
+    a = analyse(run, cache=False)
+    assert a.metrics["headline"]["tc_drops"] is None
+    assert a.metrics["headline"]["incast_episodes"] is None
+    q = _queue_finding(a)
+    assert "tc counted" not in q and "episodes," not in q and "incast (" not in q, q
+    assert q.count("n/a") == 1 and "truncated" not in q
+    assert not any("tc counted" in f for f in a.metrics["findings"])
+    assert sum("queues.csv" in f for f in a.metrics["findings"]) == 1
+
+
+def test_findings_quote_no_incast_count_without_the_receivers_capture(run):
+    """The PS's capture deleted: incast_episodes is n/a (it needs the captures' senders),
+    so no 'of them incast'; tc's drop count, from whole queue samples, stays."""
+    (run / "pcap" / "h3-eth0.pcap").unlink()
+    a = analyse(run, cache=False)
+    assert a.metrics["headline"]["incast_episodes"] is None
+    assert a.metrics["headline"]["tc_drops"] == 6
+    q = _queue_finding(a)
+    assert "of them incast" not in q and "episode," not in q and "tc counted 6 drops there" in q, q

@@ -17,6 +17,7 @@ from incastlab.analysis.pcap import parse_pcap_bytes
 from incastlab.analysis.synthetic import write_pcap
 from incastlab.capture import ecn_sampler
 from incastlab.spec import SpecError, load_spec
+from incastlab.spec.sweeps import expand_sweep
 from incastlab.topologies.runformat import ECN_COUNTERS, ECN_MARKS
 
 
@@ -67,6 +68,31 @@ def test_threshold_in_the_other_unit_is_refused():
 def test_both_thresholds_are_refused():
     msg = _errors(["topology.ecn_threshold_packets=20", "topology.ecn_threshold_bytes=3000"])
     assert "give one, in the unit of the queue's limit" in msg
+
+
+@pytest.mark.parametrize("unit", ["packets", "bytes"])
+def test_off_is_no_marking_and_sweeps_beside_a_threshold(unit):
+    queue = "queue_packets=100" if unit == "packets" else "queue_bytes=151400"
+    t = load_spec(None, [f"topology.{queue}", f'topology.ecn_threshold_{unit}="off"']).topology
+    assert ecn.EcnMarking.of_topology(t) is None
+    spec = load_spec(None, [f"topology.{queue}", f'topology.ecn_threshold_{unit}=[20, "off"]'],
+                     allow_sweep=True)
+    points = [(label, ecn.EcnMarking.of_topology(single.topology))
+              for label, single in expand_sweep(spec)]
+    assert points == [(f"ecn_threshold_{unit}=20,rep=1", ecn.EcnMarking(20, unit)),
+                      (f"ecn_threshold_{unit}=off,rep=1", None)]
+
+
+def test_off_beside_the_other_units_threshold_is_not_both():
+    t = load_spec(None, ["topology.ecn_threshold_packets=20",
+                         'topology.ecn_threshold_bytes="off"']).topology
+    assert ecn.EcnMarking.of_topology(t) == ecn.EcnMarking(20, "packets")
+
+
+def test_a_word_other_than_off_is_refused_naming_both_choices():
+    msg = _errors(['topology.ecn_threshold_packets="none"'])
+    assert "topology.ecn_threshold_packets: 'none' is not an integer from 0 to 100000 " \
+        "(packets) or 'off'" in msg
 
 
 def test_threshold_just_below_the_queue_is_taken():

@@ -21,7 +21,7 @@ from incastlab.spec import (
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.toml"))
 SHIPPED = {"demo", "ps-incast", "ring-vs-ps", "routing-compare", "straggler-async",
-           "classic-incast"}
+           "classic-incast", "dctcp-queue", "dctcp-incast"}
 
 
 def errors_of(text: str = "", overrides=(), **kwargs) -> list[str]:
@@ -80,6 +80,12 @@ def test_shipped_sweeps_expand_to_the_expected_runs():
     assert labels("classic-incast") == [
         f"senders={n},rto_min_ms={r},rep=1" for n in (4, 8, 16) for r in (200, 1)]
     assert labels("ps-incast") == ["rep=1"]
+    assert labels("dctcp-queue") == [
+        f"congestion_control={cc},ecn_threshold_packets={k},rep=1"
+        for cc in ("cubic", "dctcp") for k in (20, "off")]
+    assert labels("dctcp-incast") == [
+        f"congestion_control={cc},ecn_threshold_packets={k},kind={kind},rep=1"
+        for cc in ("cubic", "dctcp") for k in (4, "off") for kind in ("incast", "ps")]
 
 
 def test_ps_incast_spec_places_the_ps_alone_on_leaf_1():

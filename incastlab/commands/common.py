@@ -189,13 +189,16 @@ def compare_summary(table_path: Path, per_block: int = 5) -> str:
 
 def _compare_cost(compare_json: Path) -> list[str]:
     """What each group's iteration is made of, and what the difference between two
-    groups is made of (analysis.findings.compare_cost), from compare.json's runs."""
+    groups is made of (analysis.findings.compare_cost): compare.json's answer, or from
+    its runs where an older compare.json has none."""
     import json
 
     from incastlab.analysis.findings import compare_cost
 
     try:
-        runs = json.loads(compare_json.read_text()).get("runs") or []
+        data = json.loads(compare_json.read_text())
     except (OSError, ValueError):
         return []
-    return compare_cost(runs)
+    if "answer" in data:  # the page's own sentences (compare.html opens with them)
+        return list(data["answer"] or [])
+    return compare_cost(data.get("runs") or [])

@@ -19,11 +19,13 @@ from incastlab.fields import int_check as _int
 from incastlab.fields import is_int as _is_int
 from incastlab.fields import num_check as _num
 from incastlab.fields import optional as _optional
+from incastlab.fields import OFF as _OFF
+from incastlab.fields import or_off as _or_off
 from incastlab.fields import pattern as _pattern
 from incastlab.fields import spec_field as _f
 from incastlab.topologies import fabricmap, naming
 
-__all__ = ["CONGESTION_CONTROLS", "FORMAT_VERSION", "MAX_QUEUE_BYTES", "MAX_SWEEP_RUNS",
+__all__ = ["CONGESTION_CONTROLS", "ECN_OFF", "FORMAT_VERSION", "MAX_QUEUE_BYTES", "MAX_SWEEP_RUNS",
            "POLICIES", "POLL_RANGE", "SWEEPABLE", "TABLES", "TOPOLOGY_KINDS", "Capture",
            "Routing", "Run", "Topology", "Workload", "WorkloadCommon", "iter_fields",
            "schema_rows", "set_field"]
@@ -36,6 +38,7 @@ POLICIES = tuple(controller_registry.POLICIES)
 POLL_RANGE = (min(p.poll_range[0] for p in controller_registry.POLICIES.values()),
               max(p.poll_range[1] for p in controller_registry.POLICIES.values()))
 MAX_SWEEP_RUNS = 500
+ECN_OFF = _OFF  # an ECN threshold's "no marking", for sweeps: ecn_threshold_packets = [20, "off"]
 MAX_QUEUE_BYTES = 100_000_000  # as topologies.leafspine (which imports Mininet)
 FORMAT_VERSION = 1
 
@@ -109,13 +112,14 @@ class Topology:
                                      "(net.ipv4.tcp_slow_start_after_idle; true is the "
                                      "kernel's default); false keeps a connection's window "
                                      "across the pauses between a job's steps", sweep=True)
-    ecn_threshold_packets: int | None = _f(
-        None, _optional(_int(0, 100_000, unit="packets")),
+    ecn_threshold_packets: int | str | None = _f(
+        None, _optional(_or_off(_int(0, 100_000, unit="packets"), ECN_OFF)),
         "mark CE on ECN-capable packets that arrive at a switch egress queue holding more "
         "than this many packets (below topology.queue_packets; the hosts then negotiate "
-        "ECN, net.ipv4.tcp_ecn = 1); default: no marking. docs/ecn.md", sweep=True)
-    ecn_threshold_bytes: int | None = _f(
-        None, _optional(_int(0, MAX_QUEUE_BYTES, unit="bytes")),
+        "ECN, net.ipv4.tcp_ecn = 1); default or 'off': no marking (a sweep can hold both, "
+        "[20, 'off']). docs/ecn.md", sweep=True)
+    ecn_threshold_bytes: int | str | None = _f(
+        None, _optional(_or_off(_int(0, MAX_QUEUE_BYTES, unit="bytes"), ECN_OFF)),
         "as ecn_threshold_packets, in bytes, for queues of topology.queue_bytes",
         sweep=True)
 

@@ -17,7 +17,7 @@ from incastlab.controller import registry as controller_registry
 from incastlab.jobs.base import Straggler
 from incastlab.spec import layout, schema
 from incastlab.spec.errors import SpecError
-from incastlab.spec.schema import MAX_SWEEP_RUNS, POLICIES, Topology, iter_fields
+from incastlab.spec.schema import ECN_OFF, MAX_SWEEP_RUNS, POLICIES, Topology, iter_fields
 from incastlab.spec.sweeps import count_runs, sweep_points
 from incastlab.topologies import fabricmap
 from incastlab.topologies.placement import Placement
@@ -192,7 +192,8 @@ def _ecn_problems(t, ok: Callable[..., bool]) -> list[str]:
             "topology.queue_packets", "topology.queue_bytes")
     if not ok(*keys):
         return []
-    packets, nbytes = t.ecn_threshold_packets, t.ecn_threshold_bytes
+    packets, nbytes = (None if v == ECN_OFF else v
+                       for v in (t.ecn_threshold_packets, t.ecn_threshold_bytes))
     if packets is not None and nbytes is not None:
         return [f"topology.ecn_threshold_packets, topology.ecn_threshold_bytes: {packets!r} "
                 f"packets and {nbytes!r} bytes; give one, in the unit of the queue's limit"]
