@@ -82,8 +82,15 @@ def data_flows(tcp: pd.DataFrame) -> pd.DataFrame:
     """Flows (directional) that carry payload, with the capture that sees each first.
 
     Columns: src, dst, sport, dport, flow, sender_iface (earliest first data packet),
-    receiver_iface (latest first data packet, if another capture saw the flow), via
-    (comma-separated captures in between, e.g. a spine port, in path order).
+    receiver_iface (another capture of the flow's data: the one that saw the reverse
+    direction first, i.e. nearest the receiver; without reverse packets elsewhere, the
+    latest first data packet), via (comma-separated captures in between, e.g. a spine
+    port, in order of their first data packet).
+
+    Why the reverse direction: a flow whose packets take several paths (policies spray
+    and flowlet) reaches a second spine's capture with a later packet, possibly after
+    the receiver's first data packet; the receiver's own interface still sees every
+    ACK first.
     """
     data = tcp[tcp["payload_len"] > 0]
     if data.empty:
@@ -91,13 +98,20 @@ def data_flows(tcp: pd.DataFrame) -> pd.DataFrame:
                                      "via"])
     first = (data.groupby([*FLOW_KEY, "iface"], observed=True)["t"].min()
              .reset_index().sort_values("t", kind="stable"))
+    any_first = tcp.groupby([*FLOW_KEY, "iface"], observed=True)["t"].min()
+    any_first = {(*(int(x) for x in k[:-1]), str(k[-1])): t for k, t in any_first.items()}
     rows = []
     for key, g in first.groupby(FLOW_KEY, observed=True, sort=True):
         ifaces = list(g["iface"].astype(str))
+        receiver = None
+        if len(ifaces) > 1:
+            src, dst, sport, dport = (int(x) for x in key)
+            back = {i: any_first.get((dst, src, dport, sport, i)) for i in ifaces[1:]}
+            back = {i: t for i, t in back.items() if t is not None}
+            receiver = min(back, key=back.get) if back else ifaces[-1]
         rows.append({**dict(zip(FLOW_KEY, key, strict=True)), "flow": flow_name(*key),
-                     "sender_iface": ifaces[0],
-                     "receiver_iface": ifaces[-1] if len(ifaces) > 1 else None,
-                     "via": ",".join(ifaces[1:-1])})
+                     "sender_iface": ifaces[0], "receiver_iface": receiver,
+                     "via": ",".join(i for i in ifaces[1:] if i != receiver)})
     return pd.DataFrame(rows)
 
 

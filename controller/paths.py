@@ -132,3 +132,23 @@ class RoundRobin:
         spine = self._spines[self._next % len(self._spines)]
         self._next += 1
         return spine
+
+
+def label_spines(spines: list[int], usable: list[int]) -> list[int]:
+    """The path-label map of policies spray and flowlet: entry k is the spine that
+    label k (DSCP value k, one label per spine of ``spines``, in order) crosses.
+
+    Label k belongs to spine ``spines[k]`` while that spine is ``usable``; the labels of
+    unusable spines go round robin over the usable ones (in order), so a failure moves
+    only the dead spine's labels and spreads them. No usable spine: [] (no route)."""
+    if not usable:
+        return []
+    orphans = 0
+    out = []
+    for spine in spines:
+        if spine in usable:
+            out.append(spine)
+        else:
+            out.append(usable[orphans % len(usable)])
+            orphans += 1
+    return out

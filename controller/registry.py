@@ -26,6 +26,9 @@ class PolicySpec:
     # The switches connect to the user's --controller; ``module`` only observes, from a
     # second connection in the slave role (no packet-ins, no table changes).
     external: bool = False
+    # The hosts label their packets' paths (DSCP) with incastlab/bpf/path_label.bpf.c in
+    # this mode ("spray" or "flowlet"), installed by the runner; None: no labeller.
+    host_labels: str | None = None
 
 
 POLICIES = {
@@ -41,6 +44,14 @@ POLICIES = {
     "adaptive": PolicySpec("incastlab.controller.adaptive",
                            "each new flow takes the least-loaded spine of the last window",
                            frozenset({"idle_timeout"}), poll_range=(0.1, 0.5)),
+    "spray": PolicySpec("incastlab.controller.spray",
+                        "every packet takes the next spine in turn (hosts label packets, "
+                        "leaves route the label)",
+                        frozenset(), host_labels="spray"),
+    "flowlet": PolicySpec("incastlab.controller.flowlet",
+                          "a flow moves to the next spine after a gap of "
+                          "routing.flowlet_gap_us (flowlet switching)",
+                          frozenset(), host_labels="flowlet"),
     "app": PolicySpec("incastlab.controller.observer",
                       "your own os-ken or Ryu app(s) (--app FILE.py or MODULE, repeatable)",
                       frozenset({"apps"}), user_apps=True),

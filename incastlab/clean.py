@@ -11,7 +11,7 @@ import signal
 import subprocess
 import time
 
-from incastlab import congestion, ecn, subnet_guard
+from incastlab import bpffs, congestion, subnet_guard
 from incastlab.hostevents import remove_cgroup
 from incastlab.lock import RunLock
 from incastlab.preflight import PROBE_NETNS_PREFIX
@@ -88,8 +88,8 @@ def clean_state(state: RunState) -> list[str]:
         if os.path.exists(f"/run/netns/{ns}"):
             _run(["ip", "netns", "delete", ns])
             removed.append(f"namespace {ns}")
-    for path in state.data.get("bpf_mounts", []):  # the ECN marker's programs and maps
-        if ecn.unmount(path):
+    for path in state.data.get(bpffs.STATE_KIND, []):  # ECN marker, path labeller
+        if bpffs.unmount(path):
             removed.append(f"bpffs {path}")
     # after the processes: a cgroup can only go once nothing of ours is left inside
     for path in state.data.get("cgroups", []):
@@ -111,7 +111,7 @@ def leftovers(state: RunState) -> list[str]:
     left += [f"process {p['pid']}" for p in state.data["processes"]
              if is_same_process(p["pid"], p["start"])]
     left += [f"cgroup {c}" for c in state.data.get("cgroups", []) if os.path.isdir(c)]
-    left += [f"bpffs {m}" for m in state.data.get("bpf_mounts", []) if os.path.exists(m)]
+    left += [f"bpffs {m}" for m in state.data.get(bpffs.STATE_KIND, []) if os.path.exists(m)]
     left += [f"struct_ops {n}" for n in state.data.get(congestion.STATE_KIND, [])
              if congestion.registered(n)]
     return left

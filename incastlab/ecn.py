@@ -6,7 +6,7 @@ incastlab/bpf/ecn_mark.bpf.c: ``ecn_egress`` on each switch port's clsact egress
 peer, both keyed to the port's slot by (namespace cookie, ifindex), so the queue's
 occupancy is what went in minus what came out.
 
-Everything lives in a private bpffs mounted at ``BPF_ROOT/<state id>``, recorded in the
+Everything lives in a private bpffs at ``BPF_ROOT/<state id>`` (incastlab.bpffs), recorded in the
 run's state (``bpf_mounts``) before it is mounted: unmounting it releases the pinned
 programs and maps, and the clsact qdiscs go with the fabric's interfaces. Hosts get
 ``net.ipv4.tcp_ecn = 1`` in their own namespaces (gone with them at teardown).
@@ -14,17 +14,16 @@ programs and maps, and the clsact qdiscs go with the fabric's interfaces. Hosts 
 from __future__ import annotations
 
 import json
-import os
-import shlex
 import struct
-import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
-from incastlab import bpf
 from incastlab.fields import OFF as ECN_OFF  # stdlib only: the sampler imports this module
+from incastlab.bpffs import (BPF_ROOT, BpfError, PinnedObject, node_run, unmount,
+                             update_commands)
 
-BPF_ROOT = Path(os.environ.get("INCASTLAB_BPF_DIR", "/run/incastlab/bpf"))
+__all__ = ["BPF_ROOT", "EcnError", "EcnMarker", "EcnMarking", "dump_stats", "parse_stats",
+           "port_conf", "port_key", "unmount", "update_commands"]
+
 OBJECT = "ecn_mark"
 PROGRAMS = ("ecn_egress", "ecn_ingress")
 MAX_PORTS = 1024  # as MAX_PORTS in ecn_mark.bpf.c
@@ -34,7 +33,7 @@ _COOKIE_CODE = ("import socket;s=socket.socket();"
                 "'little'))")
 
 
-class EcnError(RuntimeError):
+class EcnError(BpfError):
     """The marker could not be set up (the message says what failed)."""
 
 
@@ -65,57 +64,11 @@ def port_conf(threshold: int, limit: int, in_bytes: bool) -> bytes:
     return struct.pack("<QQII", threshold, limit, int(in_bytes), 0)
 
 
-def _hex(data: bytes) -> str:
-    return " ".join(f"{b:02x}" for b in data)
-
-
-def update_commands(maps: Path, entries: list[tuple[str, bytes, bytes]]) -> str:
-    """A ``bpftool batch`` file that writes (map, key, value) entries (pure)."""
-    return "".join(f"map update pinned {shlex.quote(str(maps / name))} key hex {_hex(k)} "
-                   f"value hex {_hex(v)}\n" for name, k, v in entries)
-
-
-def _run(argv: list[str]) -> str:
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-    if out.returncode != 0:
-        raise EcnError(f"{' '.join(argv)} failed: {(out.stderr or out.stdout).strip()}")
-    return out.stdout
-
-
-def _node_run(node, argv: list[str]) -> str:
-    """argv in a Mininet node's network namespace, in the root's mount namespace: a
-    host's shell has its own (mnexec remounts /sys there, and our bpffs, mounted later,
-    is not in it), so enter only its network namespace (nsenter --net), as a switch,
-    which lives in the root namespace, needs nothing entered."""
-    if getattr(node, "inNamespace", False):
-        argv = ["nsenter", f"--net=/proc/{node.pid}/ns/net", *argv]
-    try:
-        return _run(argv)
-    except EcnError as exc:
-        raise EcnError(f"on {node.name}: {exc}") from None
-
-
 def root_netns_cookie() -> int:
     import socket
 
     with socket.socket() as s:
         return int.from_bytes(s.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8), "little")
-
-
-def unmount(path: str | Path) -> bool:
-    """Unmount our bpffs at ``path`` (releasing its programs and maps) and remove the
-    directory; True if something was there. Idempotent."""
-    path = Path(path)
-    found = False
-    if os.path.ismount(path):
-        subprocess.run(["umount", str(path)], capture_output=True, timeout=30, check=False)
-        found = True
-    try:
-        path.rmdir()
-        found = True
-    except OSError:
-        pass
-    return found
 
 
 class EcnMarker:
@@ -125,22 +78,18 @@ class EcnMarker:
     def __init__(self, marking: EcnMarking, state):
         self.marking = marking
         self.state = state
-        self.pin_dir = BPF_ROOT / state.id
+        self.pinned = PinnedObject(OBJECT, BPF_ROOT / state.id)
+        self.pin_dir = self.pinned.pin_dir
         self.slots: dict[int, str] = {}
 
     @property
-    def stats_map(self) -> Path:
-        return self.pin_dir / "maps" / "stats"
+    def stats_map(self):
+        return self.pinned.map("stats")
 
     def attach(self, net, fmap) -> None:
-        obj = bpf.object_path(OBJECT)
-        self.state.add("bpf_mounts", [str(self.pin_dir)])  # recorded before it exists
-        self.pin_dir.mkdir(parents=True, exist_ok=True)
-        _run(["mount", "-t", "bpf", "bpf", str(self.pin_dir)])
-        _run(["bpftool", "prog", "loadall", str(obj), str(self.pin_dir / "prog"),
-              "pinmaps", str(self.pin_dir / "maps")])
+        self.pinned.load(self.state)
         for host in net.hosts:
-            _node_run(host, ["sysctl", "-qw", "net.ipv4.tcp_ecn=1"])
+            node_run(host, ["sysctl", "-qw", "net.ipv4.tcp_ecn=1"])
         cookies = {None: root_netns_cookie()}
         entries = []
         ports = [e for e in fmap.egresses() if e.queue_unit is not None]
@@ -151,7 +100,7 @@ class EcnMarker:
             peer_node = net[e.peer]
             peer_ns = None if fmap.switch_named(e.peer) else e.peer  # switches: root ns
             if peer_ns not in cookies:
-                cookies[peer_ns] = int(_node_run(peer_node, ["python3", "-c", _COOKIE_CODE]))
+                cookies[peer_ns] = int(node_run(peer_node, ["python3", "-c", _COOKIE_CODE]))
             self._filter(net[e.node], e.iface, "egress")
             self._filter(peer_node, peer_iface, "ingress")
             entries += [("ports", port_key(cookies[None], self._ifindex(net[e.node], e.iface)),
@@ -161,12 +110,7 @@ class EcnMarker:
                          struct.pack("<I", slot)),
                         ("conf", struct.pack("<I", slot), self._conf(e))]
             self.slots[slot] = e.iface
-        batch = self.pin_dir.parent / f"{self.state.id}.batch"
-        batch.write_text(update_commands(self.pin_dir / "maps", entries))
-        try:
-            _run(["bpftool", "batch", "file", str(batch)])
-        finally:
-            batch.unlink(missing_ok=True)
+        self.pinned.write(entries)
 
     def _conf(self, e) -> bytes:
         limit = e.queue_bytes if self.marking.unit == "bytes" else e.queue_packets
@@ -176,14 +120,11 @@ class EcnMarker:
         return port_conf(self.marking.threshold, int(limit), self.marking.unit == "bytes")
 
     def _filter(self, node, iface: str, hook: str) -> None:
-        _node_run(node, ["tc", "qdisc", "replace", "dev", iface, "clsact"])
-        _node_run(node, ["tc", "filter", "replace", "dev", iface, hook, "prio", "1",
-                         "handle", "1", "bpf", "da", "pinned",
-                         str(self.pin_dir / "prog" / f"ecn_{hook}")])
+        self.pinned.attach(node, iface, hook, f"ecn_{hook}")
 
     @staticmethod
     def _ifindex(node, iface: str) -> int:
-        return int(json.loads(_node_run(node, ["ip", "-j", "link", "show", "dev", iface]))
+        return int(json.loads(node_run(node, ["ip", "-j", "link", "show", "dev", iface]))
                    [0]["ifindex"])
 
     def totals(self) -> dict[str, dict[str, int]]:
@@ -193,7 +134,7 @@ class EcnMarker:
     def detach(self) -> None:
         """Unmount the run's bpffs (its programs and maps go once no filter holds them;
         the filters go with the fabric's interfaces)."""
-        unmount(self.pin_dir)
+        self.pinned.unload()
 
 
 STAT_FIELDS = ("in_pkts", "in_bytes", "out_pkts", "out_bytes", "marks", "ce_arrived",
@@ -207,7 +148,7 @@ def parse_stats(value: bytes) -> dict[str, int]:
                     strict=True))
 
 
-def dump_stats(stats_map: Path, slots) -> dict[int, dict[str, int]]:
+def dump_stats(stats_map, slots) -> dict[int, dict[str, int]]:
     """The counters of ``slots`` from the pinned stats array (bpf(2) directly: a
     sampler reads it every second, and bpftool's JSON of the whole array is ~700 kB)."""
     from incastlab.capture import bpfmap

@@ -33,6 +33,7 @@ from incastlab.controller.registry import (DEFAULT_EXTERNAL, POLICIES, OptionErr
 from incastlab.fabric_watch import (STORM_PPS_FLOOR, FabricError, StormWatch, ovsdb_rows,
                                     storm_limit_pps, uuids)
 from incastlab.ecn import EcnMarker, EcnMarking
+from incastlab.pathlabel import PathLabeller, PathLabelling, for_policy
 from incastlab.lock import RunLock
 from incastlab.preflight import Capabilities, PreflightError, run_preflight
 from incastlab.state import RunState
@@ -81,6 +82,8 @@ class Fabric:
     capabilities: the result of a preflight the caller has just run (the runner's
     check_ready); without it the fabric runs its own. ecn_marking: mark CE at every
     switch egress queue above a threshold (incastlab.ecn), None for no marking.
+    flowlet_gap_us: policy flowlet's gap (default: the fabric's base RTT); the policies
+    spray and flowlet get their hosts' path labeller (incastlab.pathlabel).
     """
 
     def __init__(self, topo, policy: str = "single", run_dir: str | os.PathLike | None = None,
@@ -89,7 +92,8 @@ class Fabric:
                  ready_timeout: float = 60.0, check_reachability: bool = True,
                  capabilities: Capabilities | None = None,
                  slow_start_after_idle: bool = True,
-                 ecn_marking: EcnMarking | None = None):
+                 ecn_marking: EcnMarking | None = None,
+                 flowlet_gap_us: int | None = None):
         self.topo = topo
         self.policy = policy
         self.run_dir = Path(run_dir) if run_dir else None
@@ -113,6 +117,10 @@ class Fabric:
         # ECN marks at the switch queues (incastlab.ecn); its bpffs goes in clean_state
         self.ecn_marking = ecn_marking
         self.ecn: EcnMarker | None = None
+        # the hosts' path labels of spray/flowlet; its bpffs goes in clean_state too
+        self.flowlet_gap_us = flowlet_gap_us
+        self.labelling: PathLabelling | None = None
+        self.labeller: PathLabeller | None = None
         # what the hosts run for congestion_control (incastlab.congestion), set by start()
         self.congestion: congestion.Choice | None = None
         self._external_ready = False     # policy external: every switch was connected
@@ -205,6 +213,10 @@ class Fabric:
         if self.ecn_marking is not None:
             self.ecn = EcnMarker(self.ecn_marking, self.state)
             self.ecn.attach(self.net, fmap)
+        self.labelling = for_policy(self.policy, fmap, self.flowlet_gap_us)
+        if self.labelling is not None:
+            self.labeller = PathLabeller(self.labelling, self.state)
+            self.labeller.attach(self.net, fmap)
         self._wait_ready(fmap)
 
     def stop(self) -> None:

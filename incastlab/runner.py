@@ -137,6 +137,7 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
     fab = Fabric(topo, policy=spec.routing.policy, run_dir=run_dir, controller_port=port,
                  **host_tcp(spec), ecn_marking=EcnMarking.of_topology(spec.topology),
                  policy_args=policy_args(spec), ready_timeout=spec.run.phase_timeout_s,
+                 flowlet_gap_us=spec.routing.flowlet_gap_us,
                  # check_ready's preflight, not a second one (a copy: the fabric adds notices)
                  capabilities=dataclasses.replace(caps, notices=list(caps.notices))
                  if caps else None)
@@ -153,6 +154,8 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
         datapath = None
         try:
             samplers.append(_start_sampler(fab, fmap, run_dir, spec.capture.queue_sample_ms))
+            if fab.labelling is not None:
+                manifest.update(path_labels=fab.labelling.as_dict())
             if fab.ecn is not None:
                 manifest.update(ecn=_ecn_record(fab))
                 samplers.append(_start_ecn_sampler(fab, run_dir))

@@ -183,3 +183,27 @@ def test_acks_before_a_segment_was_sent_are_not_its_duplicates(tmp_path):
     t = tcp.combine({n: read_pcap(tmp_path / f"{n}.pcap", cache=False) for n in ("a", "b")})
     retrans, _ = tcp.retransmissions(t)
     assert list(retrans["kind"]) == ["tlp"] and list(retrans["dupacks"]) == [0]
+
+
+def test_a_sprayed_flows_receiver_is_the_capture_that_sees_its_acks_first():
+    """Packets of one flow over two spines (policy spray): data packet 1 crosses sp1,
+    packet 2 sp2, which therefore sees the flow's first data after the receiver h2 did.
+    The receiver side is still h2-eth0 (it saw the ACKs first), both spines are via."""
+    import pandas as pd
+
+    fwd, rev = (1, 2, 40000, 5001), (2, 1, 5001, 40000)
+    rows = [  # (iface, t, direction, payload)
+        ("h1-eth0", 0.000, fwd, 100), ("sp1-eth1", 0.001, fwd, 100),
+        ("h2-eth0", 0.002, fwd, 100), ("h2-eth0", 0.0025, rev, 0),
+        ("sp2-eth1", 0.003, rev, 0), ("h1-eth0", 0.004, rev, 0),
+        ("h1-eth0", 0.010, fwd, 100), ("sp2-eth1", 0.011, fwd, 100),
+        ("h2-eth0", 0.012, fwd, 100),
+    ]
+    t = pd.DataFrame([{"iface": i, "t": ts, "src": k[0], "dst": k[1], "sport": k[2],
+                       "dport": k[3], "payload_len": n} for i, ts, k, n in rows])
+    f = tcp.data_flows(t).iloc[0]
+    assert (f["sender_iface"], f["receiver_iface"], f["via"]) == \
+        ("h1-eth0", "h2-eth0", "sp1-eth1,sp2-eth1")
+    # without any reverse packet beyond the sender: the latest first data packet
+    f = tcp.data_flows(t[t.dport == 5001]).iloc[0]
+    assert (f["receiver_iface"], f["via"]) == ("sp2-eth1", "sp1-eth1,h2-eth0")

@@ -141,10 +141,11 @@ def test_defaults(fabric_file, tmp_path):
     assert (s.poll_interval, s.spine, s.idle_timeout) == (0.5, 1, 10)
     assert build_settings("adaptive", 6653, fabric_file, str(tmp_path),
                           poll_interval=0.2).poll_interval == 0.2
-    assert set(POLICIES) == {"single", "ecmp", "spread", "adaptive", "app", "external"}
+    assert set(POLICIES) == {"single", "ecmp", "spread", "adaptive", "spray", "flowlet", "app",
+                             "external"}
     # the built-in routing policies: the two others run the user's controller code
     assert {p for p, spec in POLICIES.items() if not (spec.user_apps or spec.external)} \
-        == {"single", "ecmp", "spread", "adaptive"}
+        == {"single", "ecmp", "spread", "adaptive", "spray", "flowlet"}
 
 
 def test_launcher_refuses_before_listening(fabric_file, tmp_path, capsys):

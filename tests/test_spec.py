@@ -167,7 +167,8 @@ def test_sharded_ps_and_worker_leaves():
 
 @pytest.mark.parametrize("text, message", [
     ('[routing]\npolicy = "ecmpp"\n',
-     "routing.policy: 'ecmpp' is not one of single, ecmp, spread, adaptive, app, external"),
+     "routing.policy: 'ecmpp' is not one of single, ecmp, spread, adaptive, spray, "
+        "flowlet, app, external"),
     ('[workload]\nmode = "bsp"\n',
      "workload.mode: 'bsp' is not one of sync, async, ssp, backup"),
     ('[workload]\nkind = "allreduce"\n',
@@ -283,7 +284,7 @@ def test_sharded_ps_and_worker_leaves():
      "workload, capture, run"),
     ('[routing]\npolcy = "ecmp"\n',
      "routing.polcy: unknown field (did you mean routing.policy?); [routing] has policy, "
-     "poll_interval_s, idle_timeout_s, spine, app, controller"),
+     "poll_interval_s, idle_timeout_s, spine, flowlet_gap_us, app, controller"),
     ('[topology]\npolicy = "ecmp"\n',
      "topology.policy: unknown field (it belongs in [routing]: routing.policy); [topology] "
      "has kind, spines, leaves, hosts_per_leaf, senders, host_bw_mbps, fabric_bw_mbps, "
@@ -338,7 +339,8 @@ def test_every_problem_is_collected_one_per_line():
     assert errors == [
         "colour: unknown table; tables are topology, routing, workload, capture, run",
         "topology.host_bw_mbps: 0 is not a number > 0 and <= 10000 (Mbit/s)",
-        "routing.policy: 'ecmpp' is not one of single, ecmp, spread, adaptive, app, external",
+        "routing.policy: 'ecmpp' is not one of single, ecmp, spread, adaptive, spray, "
+        "flowlet, app, external",
         "workload.workers: 'x' is not an integer from 1 to 1000",
         "capture.snaplen: 1 is not an integer from 64 to 65535 (bytes)",
         "workload.staleness: missing; mode ssp needs an integer >= 0 (steps the fastest "
@@ -385,7 +387,8 @@ def test_overrides_are_type_checked():
     assert the_error(overrides=["capture.enabled=yes"]) == (
         "capture.enabled: 'yes' is not true or false")
     assert the_error(overrides=["routing.policy=ecmpp"]) == (
-        "routing.policy: 'ecmpp' is not one of single, ecmp, spread, adaptive, app, external")
+        "routing.policy: 'ecmpp' is not one of single, ecmp, spread, adaptive, spray, "
+        "flowlet, app, external")
 
 
 def test_override_syntax_errors_and_suggestions():
@@ -395,7 +398,7 @@ def test_override_syntax_errors_and_suggestions():
         "override 'routing.policy': expected table.field=value")
     assert the_error(overrides=["routing.polcy=ecmp"]) == (
         "routing.polcy: unknown field (did you mean routing.policy?); [routing] has policy, "
-        "poll_interval_s, idle_timeout_s, spine, app, controller")
+        "poll_interval_s, idle_timeout_s, spine, flowlet_gap_us, app, controller")
 
 
 def test_override_list_makes_a_sweep():
@@ -465,7 +468,8 @@ def test_a_problem_of_every_point_is_said_once():
 
 def test_sweep_list_values_are_checked():
     assert errors_of('[routing]\npolicy = ["single", "ecmpp"]\n', allow_sweep=True) == [
-        "routing.policy: 'ecmpp' is not one of single, ecmp, spread, adaptive, app, external"]
+        "routing.policy: 'ecmpp' is not one of single, ecmp, spread, adaptive, spray, "
+        "flowlet, app, external"]
     assert errors_of("[routing]\npolicy = []\n", allow_sweep=True) == [
         "routing.policy: [] is an empty sweep; give at least one value"]
     assert errors_of('[routing]\npolicy = ["ecmp", "ecmp"]\n', allow_sweep=True) == [

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from incastlab import events as _events
-from incastlab import jobs
+from incastlab import jobs, pathlabel
 from incastlab.controller import registry as controller_registry
 from incastlab.fields import boolean as _bool
 from incastlab.fields import choice as _choice
@@ -130,8 +130,9 @@ class Routing:
 
     policy: str = _f("ecmp", _choice(*POLICIES),
                      "single path, ECMP hashing, round-robin spread, adaptive "
-                     "(least-loaded spine from port statistics), app (your own os-ken or "
-                     "Ryu apps: routing.app) or external (a controller you run: "
+                     "(least-loaded spine from port statistics), spray (every packet the "
+                     "next spine), flowlet (a flow moves after a gap), app (your own "
+                     "os-ken or Ryu apps: routing.app) or external (a controller you run: "
                      "routing.controller)", sweep=True)
     poll_interval_s: float = _f(0.2, _num(*POLL_RANGE, unit="s"),
                                 "port-statistics polling interval; adaptive needs 0.1 to 0.5")
@@ -139,6 +140,11 @@ class Routing:
                              "spread, adaptive: idle timeout of per-flow entries")
     spine: int = _f(1, _int(1, naming.MAX_SPINES),
                     "single: the spine every inter-leaf flow crosses")
+    flowlet_gap_us: int | None = _f(
+        None, _optional(_int(*pathlabel.GAP_RANGE_US, unit="us")),
+        "flowlet: a flow moves to the next spine when its packet follows the previous one "
+        "by at least this; default: the fabric's base RTT (a full frame and its ACK over "
+        "the 4 links of an inter-leaf path). docs/routing-below-the-flow.md", sweep=True)
     app: list[str] = _f([], controller_registry.check_apps,
                         "app: your apps, .py files (relative to where incastlab runs) or "
                         "module names; their ryu.* imports run on os-ken", list_valued=True)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from incastlab import events as _events
-from incastlab import jobs
+from incastlab import jobs, pathlabel
 from incastlab.controller import registry as controller_registry
 from incastlab.jobs.base import Straggler
 from incastlab.spec import layout, schema
@@ -225,6 +225,12 @@ def _routing_problems(r, t, ok: Callable[..., bool]) -> list[str]:
             and r.spine > t.spines:
         errors.append(f"routing.spine: {r.spine!r} is not a spine of this fabric "
                       f"(1 to {t.spines})")
+    labels = controller_registry.POLICIES[r.policy].host_labels if r.policy in POLICIES \
+        else None
+    if labels and t.kind == "leafspine" and ok("topology.spines") \
+            and t.spines > pathlabel.MAX_LABELS:
+        errors.append(f"topology.spines: {t.spines!r} spines, but policy {r.policy} labels "
+                      f"paths in the 6 DSCP bits: at most {pathlabel.MAX_LABELS} spines")
     if r.policy in POLICIES and controller_registry.POLICIES[r.policy].user_apps \
             and ok("routing.app") and not r.app:
         errors.append(f"routing.app: missing; policy {r.policy} needs at least one app, a .py "
