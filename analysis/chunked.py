@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from . import episodes as ep
-from . import tcp
+from . import flowstats, tcp
 
 # the columns tcp.py and episodes.py read, with the parser's own (narrow) dtypes
 KEEP = (("t", np.float64), ("src", np.uint32), ("dst", np.uint32), ("sport", np.uint16),
@@ -227,8 +227,8 @@ def _chunk_tables(df, c, store, at_host, windows, rto_threshold_s, extra) -> dic
     part = {
         "flows": flows, "reused": tcp.reused_tuples(df, keys=True),
         "retrans": retrans.assign(_c=c), "eps": eps.assign(_c=c),
-        "lost": tcp.losses(df, flows), "fsum": tcp.flow_summary(df, flows, retrans),
-        "tput": tcp.throughput_series(df, flows, t_range=store.data_range),
+        "lost": tcp.losses(df, flows), "fsum": flowstats.flow_summary(df, flows, retrans),
+        "tput": flowstats.throughput_series(df, flows, t_range=store.data_range),
         "bytes": ep.window_flow_bytes(df, windows)}
     for name, (fn, _) in (extra or {}).items():
         try:

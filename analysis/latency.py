@@ -248,7 +248,7 @@ def rtt_samples(tcp_df: pd.DataFrame, flows: pd.DataFrame | None = None, fabric=
     """Every flow's RTT samples at its sender-side capture (see the module text).
 
     `flows`: a table with src, dst, sport, dport, flow, sender_iface (tcp.data_flows or
-    tcp.flow_summary). With a `fabric`, only flows whose sender-side capture is the
+    flowstats.flow_summary). With a `fabric`, only flows whose sender-side capture is the
     sending host's own interface give samples (a capture further on would time only
     part of the path); without one, the earliest capture is taken as the sender's.
     Columns: RTT_COLUMNS (role: `flow_role`)."""

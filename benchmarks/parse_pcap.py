@@ -170,7 +170,7 @@ def make_big(src: Path, dst: Path, packets: int) -> dict:
 ALL_IN_MEMORY = """
     import sys, time, json, resource
     from pathlib import Path
-    from incastlab.analysis import tcp
+    from incastlab.analysis import flowstats, tcp
     from incastlab.analysis.pcap import read_pcaps
     t = time.perf_counter()
     d = tcp.combine(read_pcaps(Path(sys.argv[1]) / "pcap"))
@@ -178,8 +178,8 @@ ALL_IN_MEMORY = """
     retrans, eps = tcp.retransmissions(d, flows)
     lost = tcp.losses(d, flows)
     spurious = tcp.spurious_retransmissions(d, retrans, flows)
-    fsum = tcp.flow_summary(d, flows, retrans)
-    tput = tcp.throughput_series(d, flows)
+    fsum = flowstats.flow_summary(d, flows, retrans)
+    tput = flowstats.throughput_series(d, flows)
     print(json.dumps({"packets": len(d), "seconds": time.perf_counter() - t,
                       "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                       "hwm_kb": int(next(x.split()[1] for x in open("/proc/self/status")
@@ -188,7 +188,7 @@ ALL_IN_MEMORY = """
 # the same imports and nothing else: the interpreter's own share of a peak RSS
 IMPORTS_ONLY = """
     import json, resource
-    from incastlab.analysis import report, tcp
+    from incastlab.analysis import flowstats, report, tcp
     print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                       "hwm_kb": int(next(x.split()[1] for x in open("/proc/self/status")
                                          if x.startswith("VmHWM")))}))

@@ -1,5 +1,5 @@
 """Retransmissions, losses and flows on a scripted connection whose events are known."""
-from incastlab.analysis import tcp
+from incastlab.analysis import flowstats, tcp
 from incastlab.analysis.pcap import read_pcap
 from incastlab.analysis.synthetic import MSS, scenario_tcp
 
@@ -18,7 +18,7 @@ def test_flows_identify_sender_and_receiver_side(tmp_path):
     f = flows.iloc[0]
     assert f["flow"] == "10.0.0.1:40000>10.0.0.2:5001"
     assert (f["sender_iface"], f["receiver_iface"]) == ("h1-eth0", "h2-eth0")
-    s = tcp.flow_summary(t, flows)
+    s = flowstats.flow_summary(t, flows)
     assert s["bytes"].iloc[0] == truth["bytes"]
     assert s["packets"].iloc[0] == truth["sender_data_packets"]
     assert abs(s["fct_s"].iloc[0] - 0.7011) < 1e-3  # SYN -> ACK of the last byte
@@ -74,7 +74,7 @@ def test_rto_threshold_is_configurable(tmp_path):
 
 def test_throughput_series(tmp_path):
     t, truth = _load(tmp_path)
-    ts = tcp.throughput_series(t, bin_s=0.05)
+    ts = flowstats.throughput_series(t, bin_s=0.05)
     assert set(ts.columns) == {"t", "flow", "mbps"}
     total_bytes = (ts["mbps"] * 0.05 * 1e6 / 8).sum()
     assert abs(total_bytes - truth["sender_data_packets"] * MSS) < 1
@@ -85,9 +85,9 @@ def test_empty_input():
     assert tcp.data_flows(empty).empty
     retrans, episodes = tcp.retransmissions(empty)
     assert retrans.empty and episodes.empty
-    assert tcp.losses(empty).empty and tcp.flow_summary(empty).empty
+    assert tcp.losses(empty).empty and flowstats.flow_summary(empty).empty
     assert tcp.retrans_summary(retrans)["retrans_packets"] == 0
-    assert tcp.throughput_series(empty).empty
+    assert flowstats.throughput_series(empty).empty
 
 
 def test_zero_ip_ids_degrade_as_documented(tmp_path):

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from incastlab.analysis import tcp
+from incastlab.analysis import flowstats, tcp
 from incastlab.analysis.pcap import COLUMNS, read_pcap
 from incastlab.analysis.synthetic import MSS, TcpScript, scenario_tcp, write_pcap
 
@@ -420,7 +420,7 @@ def test_spurious_is_unknown_without_a_receiver_capture():
 def test_flow_summary_exact():
     t = _tcp("scenario")
     r, _ = tcp.retransmissions(t)
-    s = tcp.flow_summary(t, retrans=r).iloc[0]
+    s = flowstats.flow_summary(t, retrans=r).iloc[0]
     assert (s["flow"], s["sender_iface"], s["receiver_iface"]) == (FLOW, "h1-eth0", "h2-eth0")
     assert (s["src"], s["dst"], s["sport"], s["dport"]) == (0x0A000001, 0x0A000002, 40000, 5001)
     assert (s["packets"], s["bytes"], s["wire_bytes"], s["retrans_packets"]) == (
@@ -430,28 +430,28 @@ def test_flow_summary_exact():
     assert s["duration_s"] == pytest.approx(0.69001, abs=2e-6)  # first to last data
     assert s["fct_s"] == pytest.approx(0.7011, abs=2e-6)         # SYN -> ACK of 14000
     assert s["goodput_mbps"] == pytest.approx(14 * MSS * 8 / 0.69001 / 1e6, rel=1e-5)
-    assert tcp.flow_summary(t).iloc[0]["retrans_packets"] == 0  # no retrans table given
+    assert flowstats.flow_summary(t).iloc[0]["retrans_packets"] == 0  # no retrans table given
 
 
 def test_flow_summary_without_final_ack_or_duration(tmp_path):
     t = _tcp("window")
-    s = tcp.flow_summary(t).iloc[0]
+    s = flowstats.flow_summary(t).iloc[0]
     assert np.isnan(s["fct_s"])            # nothing ACKed the last byte
     one = TcpScript()
     one.data(0.01, 0)
     d = tmp_path
     write_pcap(d / "a.pcap", one.sender, one.t0)
-    s1 = tcp.flow_summary(tcp.combine({"a": read_pcap(d / "a.pcap", cache=False)})).iloc[0]
+    s1 = flowstats.flow_summary(tcp.combine({"a": read_pcap(d / "a.pcap", cache=False)})).iloc[0]
     assert s1["duration_s"] == 0 and np.isnan(s1["goodput_mbps"])
     assert (s1["packets"], s1["bytes"]) == (1, MSS)
     # a single data packet: one bin of the default 10 ms
-    ts = tcp.throughput_series(tcp.combine({"a": read_pcap(d / "a.pcap", cache=False)}))
+    ts = flowstats.throughput_series(tcp.combine({"a": read_pcap(d / "a.pcap", cache=False)}))
     assert len(ts) == 1 and ts.attrs["bin_s"] == 0.01
     assert ts["mbps"].iloc[0] == pytest.approx(MSS * 8 / 0.01 / 1e6)
 
 
 def test_throughput_series_default_bins_exact(tmp_path):
-    ts = tcp.throughput_series(_tcp("scenario"))
+    ts = flowstats.throughput_series(_tcp("scenario"))
     # span 0.69 s / 200 rounds to 0.00 -> the 10 ms floor
     assert ts.attrs["bin_s"] == 0.01
     assert list(ts.columns) == ["t", "flow", "mbps"] and set(ts["flow"]) == {FLOW}
@@ -460,7 +460,7 @@ def test_throughput_series_default_bins_exact(tmp_path):
     # first bin [.010, .020): segments 0-6 and the fast retransmit, 8000 bytes
     assert list(ts["mbps"].iloc[:3]) == pytest.approx([6.4, 0.0, 1.6])
     assert (ts["mbps"] * 0.01 * 1e6 / 8).sum() == pytest.approx(19 * MSS)
-    longer = tcp.throughput_series(_tcp("resegmented"))
+    longer = flowstats.throughput_series(_tcp("resegmented"))
     assert longer.attrs["bin_s"] == 0.01  # 0.59 s / 200 = 0.003 -> floor
     # a 4 s span: 4 / 200 = 0.02 s bins
     far = TcpScript()
@@ -468,13 +468,13 @@ def test_throughput_series_default_bins_exact(tmp_path):
     far.data(4.01, MSS)
     d = tmp_path
     write_pcap(d / "f.pcap", far.sender, far.t0)
-    wide = tcp.throughput_series(tcp.combine({"f": read_pcap(d / "f.pcap", cache=False)}))
+    wide = flowstats.throughput_series(tcp.combine({"f": read_pcap(d / "f.pcap", cache=False)}))
     # t0 + 4.0 is 1700000004.01; arange's 200th step lands 4 us short of it, and the
     # last packet fell outside every bin until an edge was added (a bug found here)
     assert wide.attrs["bin_s"] == 0.02 and len(wide) == 201
     assert (wide["mbps"] * 0.02 * 1e6 / 8).sum() == pytest.approx(2 * MSS)
     # explicit bins are kept
-    assert tcp.throughput_series(_tcp("scenario"), bin_s=0.05).attrs["bin_s"] == 0.05
+    assert flowstats.throughput_series(_tcp("scenario"), bin_s=0.05).attrs["bin_s"] == 0.05
 
 
 # ------------------------------------------------------------------ several flows, edges
@@ -498,12 +498,12 @@ def test_a_clean_flow_before_a_lossy_one():
     only_b = flows[flows["flow"] == FLOW_B]
     assert list(tcp.retransmissions(t, only_b)[0]["flow"]) == [FLOW_B, FLOW_B]
     assert len(tcp.losses(t, flows[flows["flow"] == FLOW])) == 0
-    assert list(tcp.flow_summary(t, only_b)["flow"]) == [FLOW_B]
-    assert list(tcp.throughput_series(t, only_b, bin_s=0.1)["flow"].unique()) == [FLOW_B]
+    assert list(flowstats.flow_summary(t, only_b)["flow"]) == [FLOW_B]
+    assert list(flowstats.throughput_series(t, only_b, bin_s=0.1)["flow"].unique()) == [FLOW_B]
     # a flows table without 'via' (captures between the ends unknown): none are used
     lost_nv = tcp.losses(t, flows.drop(columns="via"))
     assert set(lost_nv["via"]) == {""} and set(lost_nv["seen_at"]) == {""}
-    s = tcp.flow_summary(t, retrans=r).set_index("flow")
+    s = flowstats.flow_summary(t, retrans=r).set_index("flow")
     assert (s.loc[FLOW, "retrans_packets"], s.loc[FLOW_B, "retrans_packets"]) == (0, 2)
     assert (s.loc[FLOW_B, "bytes"], s.loc[FLOW_B, "wire_bytes"]) == (1 + MSS, 2 + 2 * MSS)
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from incastlab.analysis import chunked, episodes, rundir, samples, tcp
+from incastlab.analysis import chunked, episodes, flowstats, rundir, samples, tcp
 from incastlab.analysis import latency as lat
 from incastlab.analysis.pcap import read_pcap
 from incastlab.analysis.report import received_at_host as _received_at_host
@@ -78,8 +78,8 @@ def _all_in_memory(run, fabric, windows):
     retrans = retrans.assign(spurious=spurious.to_numpy() if len(retrans) else [])
     return {"flows": flows, "reused": tcp.reused_tuples(t), "retrans": retrans,
             "recovery_episodes": eps, "losses": tcp.losses(t, flows),
-            "flow_summary": tcp.flow_summary(t, flows, retrans),
-            "throughput": tcp.throughput_series(t, flows),
+            "flow_summary": flowstats.flow_summary(t, flows, retrans),
+            "throughput": flowstats.throughput_series(t, flows),
             "flow_bytes": episodes.window_flow_bytes(t, windows), "tcp": t}
 
 
