@@ -20,6 +20,7 @@ FABRIC = ["topology.spines=2", "topology.leaves=2", "topology.hosts_per_leaf=2",
           "topology.host_bw_mbps=50.0", "workload.kind='script'", "workload.workers=4",
           "run.duration_limit_s=600", "run.phase_timeout_s=60"]
 EPOCHS, STEPS, HIDDEN = 2, 3, 128
+BUCKET_CAP_MB = 0.05  # below the 128-wide MLP's gradient (104 kB): several buckets a step
 
 
 def _params() -> int:
@@ -59,7 +60,7 @@ def test_the_example_ddp_script_runs_through_torchrun_and_is_observed(tmp_path):
     manifest = run_complete(run_dir, FABRIC + [
         "workload.script='examples/ddp_mlp.py'", "workload.map_nccl_to_gloo=true",
         f"workload.args=['--epochs', '{EPOCHS}', '--steps-per-epoch', '{STEPS}', "
-        f"'--hidden', '{HIDDEN}', '--backend', 'nccl']"])
+        f"'--hidden', '{HIDDEN}', '--backend', 'nccl', '--bucket-cap-mb', '{BUCKET_CAP_MB}']"])
     hosts = manifest["placement"]["workers"]
     gradient = 4 * _params()
     for rank, host in enumerate(hosts):
@@ -73,6 +74,10 @@ def test_the_example_ddp_script_runs_through_torchrun_and_is_observed(tmp_path):
         buckets = [e for e in events(log, "collective") if e["call"] == "ddp_bucket"]
         for k in range(EPOCHS * STEPS):
             assert sum(e["bytes"] for e in buckets if e["step"] == k) == gradient
+        # DDP caps its first bucket at 1 MiB until it rebuilds the buckets after step 0;
+        # from then on the 0.05 MB cap splits this model's 104 kB in two (71 + 33 kB,
+        # whole parameters each): the sum above is over several bucket all-reduces
+        assert all(sum(e["step"] == k for e in buckets) >= 2 for k in range(1, EPOCHS * STEPS))
     paths = build_report(run_dir)
     assert (run_dir / "report.html").is_file() and (run_dir / "trace.json").is_file()
     coll = pd.read_csv(run_dir / "tables" / "collectives.csv")
