@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from .rundir import host_by_ip
-from .tcp import FLOW_KEY, _unwrap, data_flows, flow_name
+from .tcp import _unwrap, data_flows, flow_name, flow_packets
 
 _TWO15, _TWO16 = 1 << 15, 1 << 16
 PACKET_COLUMNS = ["t", "seq", "end", "ip_id", "reordered", "displacement", "late_s",
@@ -127,10 +127,7 @@ def flow_reordering(tcp: pd.DataFrame, flows: pd.DataFrame | None = None,
     for f in flows.itertuples(index=False):
         if not isinstance(f.receiver_iface, str) or not f.receiver_iface:
             continue
-        key = dict(zip(FLOW_KEY, (f.src, f.dst, f.sport, f.dport), strict=True))
-        rx = tcp[(tcp["iface"].astype(str) == f.receiver_iface)
-                 & (tcp["src"] == key["src"]) & (tcp["dst"] == key["dst"])
-                 & (tcp["sport"] == key["sport"]) & (tcp["dport"] == key["dport"])]
+        rx, _ = flow_packets(tcp, (f.src, f.dst, f.sport, f.dport), f.receiver_iface)
         p = packet_reordering(rx)
         late = p[p["reordered"]]
         src, dst = ip_to_str(f.src), ip_to_str(f.dst)

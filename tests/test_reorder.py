@@ -104,3 +104,27 @@ def test_per_flow_at_the_receiver_and_the_kernels_dsacks(tmp_path):
     counters.loc[0, "delta"] = 2.0
     assert not reorder.reorder_table(per_flow, counters).set_index("host").at[
         "h2", "dsack_agrees"]
+
+
+def test_the_report_has_the_reordering_of_a_saved_run(tmp_path):
+    """The report stage (analysis/reorderreport.py) through the one pass over the
+    captures, from the run directory alone: metrics.json reorder, the two tables, the
+    section."""
+    import json
+
+    from incastlab.analysis import build_report
+    from incastlab.analysis.synthetic import make_run_dir
+
+    s, _ = scripted(tmp_path)
+    run = make_run_dir(tmp_path / "run", pcaps={"h1-eth0": s.sender, "h2-eth0": s.receiver},
+                       counters={"h2": ({"TcpExtTCPDSACKOldSent": 4},
+                                        {"TcpExtTCPDSACKOldSent": 5})},
+                       t0=s.t0)
+    out = build_report(run, plots=False)
+    m = json.loads(out["metrics"].read_text())["reorder"]
+    assert (m["data_packets"], m["reordered"], m["max_displacement"], m["below_highest"],
+            m["duplicates"]) == (13, 3, 3, 5, 1)
+    hosts = {h["host"]: h for h in m["hosts"]}
+    assert hosts["10.0.0.2"]["dsack_sent"] is None  # no OfoSent counter: not a sum
+    assert (run / "tables" / "reorder_flows.csv").exists()
+    assert "## Reordering" in out["summary"].read_text()

@@ -24,7 +24,7 @@ import pytest
 
 from incastlab import bpffs, pathlabel
 from incastlab.topologies.fabricmap import FabricMap
-from tests.rootnet import kept_up, run_complete
+from tests.rootnet import fidelity, kept_up, run_complete
 
 pytestmark = pytest.mark.root
 SPINES = 2
@@ -110,6 +110,13 @@ def test_reordering_is_measured_and_the_dsacks_agree(spray_run):
     h1 = table.set_index("host").loc["h1"]
     if capture_drop_total(manifest) == 0:
         assert h1.dsack_sent == h1.received_duplicates, h1
+    # the report's stage (the one pass over the captures, a group of connections at a
+    # time) says the same
+    fidelity(run_dir)  # builds metrics.json if no test has yet
+    m = json.loads((run_dir / "metrics.json").read_text())["reorder"]
+    assert (m["data_packets"], m["reordered"], m["duplicates"]) == (
+        int(per_flow.data_packets.sum()), int(per_flow.reordered.sum()),
+        int(per_flow.duplicates.sum())), m
 
 
 def test_nothing_of_the_labeller_is_left_after_the_run(spray_run):
