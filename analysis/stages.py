@@ -6,11 +6,11 @@ and ``Analysis.metrics``, or run-directory files), an optional ``compute`` whose
 is ``Analysis.tables[name]`` (``metrics`` of it, when not None, becomes
 ``metrics.json[name]``), its ``figures`` and ``render``, which turns its tables into
 sections. :func:`declared` is the one list: the core sections (sections.py), then the
-stages fidelity, failover, latency and multi-job declare in their own modules, then any added with
-:func:`register`. ``report.analyse`` runs every ``compute`` in list order,
-``report.build_report`` every ``figures`` and ``render`` in list order, and places each
-stage's sections after the stage its ``after`` names (the page's order; None: in list
-order), as Flent's declared PLOTS feed every output.
+stages fidelity, failover, latency, multi-job, ECN and reordering declare in their own
+modules, then any added with :func:`register`. ``report.analyse`` runs every ``compute``
+in list order, ``report.build_report`` every ``figures`` and ``render`` in list order,
+and places each stage's sections after the stage its ``after`` names (the page's order;
+None: in list order), as Flent's declared PLOTS feed every output.
 
 A stage that reads packets declares ``reduce``: reading.py makes its reducer before the
 TCP analysis's one pass over the captures and calls ``reducer.add(packets, flows,
@@ -62,10 +62,11 @@ _REGISTERED: list[Stage] = []
 
 def declared() -> list[Stage]:
     """Every stage of the report, in list order (see the module docstring)."""
-    from . import ecn, failoverreport, fidelityreport, latencyreport, multijob, sections
+    from . import (ecn, failoverreport, fidelityreport, latencyreport, multijob,
+                   reorderreport, sections)
 
     return [*sections.STAGES, fidelityreport.STAGE, failoverreport.STAGE, latencyreport.STAGE,
-            multijob.STAGE, ecn.STAGE, *_REGISTERED]
+            multijob.STAGE, ecn.STAGE, reorderreport.STAGE, *_REGISTERED]
 
 
 def register(stage: Stage) -> Stage:

@@ -1,6 +1,7 @@
 """incastlab.controller: the SDN controller (os-ken, OpenFlow 1.3), one policy a file.
 
-    python -m incastlab.controller --policy {single,ecmp,spread,adaptive,app,external} \\
+    python -m incastlab.controller \\
+        --policy {single,ecmp,spread,adaptive,spray,flowlet,app,external} \\
         --fabric RUN/fabric.json --out RUN [--port 6653] [--poll-interval 0.5] \\
         [--spine J] [--idle-timeout S] [--hash-fields F,F,...] [--app FILE ...] \\
         [--controller 127.0.0.1:PORT]

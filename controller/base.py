@@ -462,16 +462,10 @@ class FabricApp(app_manager.OSKenApp):
         switch = self.fabric.switch(dp.id)
         if switch is None:
             return
-        wired = self.fabric.ports(dp.id)
-        for st in sorted(ev.msg.body, key=lambda s: s.port_no):
-            if st.port_no not in wired:
-                continue  # the bridge's LOCAL port and anything not in the map
-            self.load.update(dp.id, st.port_no, t, st.tx_bytes)
-            self.port_log.write({
-                "t": f"{t:.6f}", "switch": switch.name, "port": st.port_no,
-                "peer": wired[st.port_no].peer, "tx_bytes": st.tx_bytes,
-                "rx_bytes": st.rx_bytes, "tx_packets": st.tx_packets,
-                "rx_packets": st.rx_packets, "tx_dropped": st.tx_dropped})
+        for row in records.port_stats_rows(t, switch.name, self.fabric.ports(dp.id),
+                                           ev.msg.body):
+            self.load.update(dp.id, row["port"], t, row["tx_bytes"])
+            self.port_log.write(row)
 
 
 def flow_key(pkt, ip) -> paths.FlowKey:

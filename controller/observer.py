@@ -118,15 +118,9 @@ class FabricObserver(app_manager.OSKenApp):
     def _port_stats(self, ev):
         t = time.time()
         dp = ev.msg.datapath
-        if self.fabric.switch(dp.id) is None:
-            return
         switch = self.fabric.switch(dp.id)
-        wired = self.fabric.ports(dp.id)
-        for st in sorted(ev.msg.body, key=lambda s: s.port_no):
-            if st.port_no not in wired:
-                continue  # the bridge's LOCAL port and anything not in the map
-            self.port_log.write({
-                "t": f"{t:.6f}", "switch": switch.name, "port": st.port_no,
-                "peer": wired[st.port_no].peer, "tx_bytes": st.tx_bytes,
-                "rx_bytes": st.rx_bytes, "tx_packets": st.tx_packets,
-                "rx_packets": st.rx_packets, "tx_dropped": st.tx_dropped})
+        if switch is None:
+            return
+        for row in records.port_stats_rows(t, switch.name, self.fabric.ports(dp.id),
+                                           ev.msg.body):
+            self.port_log.write(row)

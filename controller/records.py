@@ -44,6 +44,29 @@ class CsvLog:
                 self._file.close()
 
 
+UNAVAILABLE = 2**64 - 1  # OpenFlow's "counter not available"
+_COUNTERS = ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets")
+
+
+def port_stats_rows(t: float, switch: str, wired: dict, body) -> list[dict]:
+    """The port_stats.csv rows of one port-stats reply (``body``: OFPPortStats entries)
+    of switch ``switch`` at time ``t`` (epoch s), for the ports of ``wired`` (port ->
+    its fabric-map egress) in port order. A port whose byte and packet counters are all
+    unavailable (2**64 - 1: what Open vSwitch answers for a port being deleted, the
+    last poll at teardown) has no row: it would read as 2**64 - 1 packets sent."""
+    rows = []
+    for st in sorted(body, key=lambda s: s.port_no):
+        if st.port_no not in wired:
+            continue  # the bridge's LOCAL port and anything not in the map
+        if all(getattr(st, c) == UNAVAILABLE for c in _COUNTERS):
+            continue
+        rows.append({"t": f"{t:.6f}", "switch": switch, "port": st.port_no,
+                     "peer": wired[st.port_no].peer, "tx_bytes": st.tx_bytes,
+                     "rx_bytes": st.rx_bytes, "tx_packets": st.tx_packets,
+                     "rx_packets": st.rx_packets, "tx_dropped": st.tx_dropped})
+    return rows
+
+
 def write_ready(out_dir: str, dpids: list[int], t: float) -> str:
     """Write ``controller_ready.json`` atomically (temp file + rename), so the
     runner polling for it never reads half a file. Returns its path."""

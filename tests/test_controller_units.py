@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from incastlab.controller import paths
+from incastlab.controller import paths, records
 from incastlab.controller.registry import POLICIES, OptionError, build_settings
 from incastlab.topologies.fabricmap import FabricError, FabricMap
 from incastlab.topologies.leafspine import LeafSpineTopo, StarTopo
@@ -394,25 +394,41 @@ def test_port_stats_rows_and_load(tmp_path):
     lf1 = dps[f.leaf(1).dpid]
     parser = lf1.ofproto_parser
 
-    def reply(tx):
-        body = [parser.OFPPortStats(port_no=p, rx_packets=1, tx_packets=2, rx_bytes=3,
-                                    tx_bytes=tx, rx_dropped=0, tx_dropped=4, rx_errors=0,
-                                    tx_errors=0, rx_frame_err=0, rx_over_err=0,
-                                    rx_crc_err=0, collisions=0, duration_sec=0,
-                                    duration_nsec=0)
+    def reply(tx, n=(1, 2, 3)):
+        body = [parser.OFPPortStats(port_no=p, rx_packets=n[0], tx_packets=n[1],
+                                    rx_bytes=n[2], tx_bytes=tx, rx_dropped=0, tx_dropped=4,
+                                    rx_errors=0, tx_errors=0, rx_frame_err=0,
+                                    rx_over_err=0, rx_crc_err=0, collisions=0,
+                                    duration_sec=0, duration_nsec=0)
                 for p in (1, 5, lf1.ofproto.OFPP_LOCAL)]
         app._port_stats(SimpleNamespace(msg=SimpleNamespace(datapath=lf1, body=body)))
 
     reply(1000)
     reply(2000)
+    unavailable = records.UNAVAILABLE  # OVS's answer for ports being deleted (teardown)
+    reply(unavailable, (unavailable,) * 3)
     app.close()
     lines = (tmp_path / "port_stats.csv").read_text().splitlines()
     assert lines[0] == "t,switch,port,peer,tx_bytes,rx_bytes,tx_packets,rx_packets,tx_dropped"
     assert [line.split(",")[1:] for line in lines[1:3]] == [
         ["lf1", "1", "h1", "1000", "3", "2", "1", "4"],
         ["lf1", "5", "sp1", "1000", "3", "2", "1", "4"]]
-    assert len(lines) == 5  # LOCAL is not a fabric port
+    assert len(lines) == 5  # LOCAL is not a fabric port, nor a row of 2**64 - 1 counters
     assert app.load.rate_bps(lf1.id, 5) > 0
+
+
+def test_a_port_with_some_counters_unavailable_keeps_its_row():
+    """Only a port whose byte and packet counters are all unavailable is left out; a
+    datapath that does not count drops (tx_dropped 2**64 - 1) still reports traffic."""
+    wired = {1: SimpleNamespace(peer="h1"), 2: SimpleNamespace(peer="sp1")}
+    u = records.UNAVAILABLE
+    body = [SimpleNamespace(port_no=1, tx_bytes=10, rx_bytes=u, tx_packets=u, rx_packets=u,
+                            tx_dropped=u),
+            SimpleNamespace(port_no=2, tx_bytes=u, rx_bytes=u, tx_packets=u, rx_packets=u,
+                            tx_dropped=0)]
+    rows = records.port_stats_rows(1.5, "lf1", wired, body)
+    assert [(r["port"], r["peer"], r["tx_bytes"], r["t"]) for r in rows] == [
+        (1, "h1", 10, "1.500000")]
 
 
 # ---- ECMP selection method (OpenFlow 1.5) ---------------------------------------------

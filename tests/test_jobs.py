@@ -45,6 +45,9 @@ def test_incast_plan_client_reads_from_every_sender():
     servers = _opt(client.argv, "--servers")[0].split(",")
     assert len(servers) == 3 and all(s.endswith(":5001") for s in servers)
     assert _opt(client.argv, "--rto-min-ms") == ["1"]
+    assert _opt(client.argv, "--interval") == []  # no pause between rounds by default
+    assert _opt(_plan("workload.kind=incast", "workload.interval_s=0.25")[1][-1].argv,
+                "--interval") == ["0.25"]
     assert jobs.job_for("incast").expected_progress(spec.workload) == 20
     assert jobs.job_for("incast").progress_event == "round"
 
@@ -55,7 +58,7 @@ def test_incast_plan_client_reads_from_every_sender():
      "workload.stragglers=[{rank=0, factor=2}]"],
     ["workload.kind=ps", "workload.mode=async"],
     ["workload.kind=ring", "workload.impl=gloo", "workload.stragglers=[{rank=1, factor=3}]"],
-    ["workload.kind=incast", "workload.rto_min_ms=1"],
+    ["workload.kind=incast", "workload.rto_min_ms=1", "workload.interval_s=0.1"],
 ])
 def test_apps_own_parsers_accept_the_planned_command_lines(overrides):
     """Each planned argv is parsed by its app's own parse_args (argparse and the app's

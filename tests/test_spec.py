@@ -21,7 +21,7 @@ from incastlab.spec import (
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.toml"))
 SHIPPED = {"demo", "ps-incast", "ring-vs-ps", "routing-compare", "straggler-async",
-           "classic-incast", "dctcp-queue", "dctcp-incast"}
+           "classic-incast", "dctcp-queue", "dctcp-incast", "spray-vs-ecmp"}
 
 
 def errors_of(text: str = "", overrides=(), **kwargs) -> list[str]:
@@ -83,6 +83,9 @@ def test_shipped_sweeps_expand_to_the_expected_runs():
     assert labels("dctcp-queue") == [
         f"congestion_control={cc},ecn_threshold_packets={k},rep=1"
         for cc in ("cubic", "dctcp") for k in (20, "off")]
+    assert labels("spray-vs-ecmp") == [
+        f"spines={n},policy={p},kind={kind},rep=1" for n in (2, 4)
+        for p in ("ecmp", "adaptive", "flowlet", "spray") for kind in ("ring", "ps")]
     assert labels("dctcp-incast") == [
         f"congestion_control={cc},ecn_threshold_packets={k},kind={kind},rep=1"
         for cc in ("cubic", "dctcp") for k in (4, "off") for kind in ("incast", "ps")]
@@ -293,8 +296,8 @@ def test_sharded_ps_and_worker_leaves():
     ('policy = "ecmp"\n', "policy: a field outside its table; write it under [routing]"),
     ("routing = 3\n", "routing: 3 is not a table"),
     # a list where no sweep is allowed
-    ("[topology]\nspines = [2, 4]\n",
-     "topology.spines: [2, 4] is a list, but topology.spines cannot be swept; sweepable fields "
+    ("[topology]\nleaves = [2, 4]\n",
+     "topology.leaves: [2, 4] is a list, but topology.leaves cannot be swept; sweepable fields "
      "are " + ", ".join(SWEEPABLE)),
 ])
 def test_invalid_case_gives_its_exact_message(text, message):

@@ -456,8 +456,8 @@ def test_sweep_lists_are_checked_value_by_value():
     assert errors("topology.queue_packets=[10,0,-1]", **sw) == [
         "topology.queue_packets: 0 is not an integer from 1 to 100000 (packets)",
         "topology.queue_packets: -1 is not an integer from 1 to 100000 (packets)"]
-    assert errors("topology.spines=[1,2]", **sw) == [
-        "topology.spines: [1, 2] is a list, but topology.spines cannot be swept; sweepable "
+    assert errors("topology.leaves=[1,2]", **sw) == [
+        "topology.leaves: [1, 2] is a list, but topology.leaves cannot be swept; sweepable "
         f"fields are {', '.join(SWEEPABLE)}"]
     # a problem at some sweep points names them; at every point it is said once
     assert errors("workload.workers=[3,9,10]", **sw) == [

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from incastlab.analysis.trace_events import LoggedSpan
 
 from incastlab.apps.commands import Endpoint, iface_args, option_args
-from incastlab.fields import int_check, spec_field
+from incastlab.fields import int_check, num_check, spec_field
 from incastlab.jobs.base import Job, Launch, Roles, Section, endpoints
 from incastlab.topologies import naming
 
@@ -76,6 +76,9 @@ class IncastFields:
     block_bytes: int = spec_field(131_072, int_check(1, 1 << 30, unit="bytes"),
                                   "incast: bytes each sender sends per round")
     rounds: int = spec_field(20, int_check(1, 100_000), "incast: synchronized rounds")
+    interval_s: float = spec_field(0.0, num_check(0, 60, unit="s"),
+                                   "incast: the receiver's pause between rounds (each "
+                                   "sender's flow idles at least this long between blocks)")
 
 
 class IncastJob(Job):
@@ -106,6 +109,7 @@ class IncastJob(Job):
         placed = spec.placement()
         hosts = (placed.servers[0],) + placed.workers
         options = {"block_size": w.block_bytes, "rounds": w.rounds,
+                   "interval": f"{w.interval_s:g}" if w.interval_s else None,
                    "timeout": f"{w.timeout_s:g}",
                    "rto_min_ms": f"{w.rto_min_ms:g}" if w.rto_min_ms is not None else None}
         argvs = incast_commands(endpoints(ips, hosts), out_dir, INCAST_PORT, options)

@@ -79,7 +79,8 @@ class Topology:
 
     kind: str = _f("leafspine", _choice(*TOPOLOGY_KINDS),
                    "leafspine: a two-tier Clos; star: one switch, the classic incast bench")
-    spines: int = _f(2, _int(1, naming.MAX_SPINES), "number of spine switches (leafspine)")
+    spines: int = _f(2, _int(1, naming.MAX_SPINES), "number of spine switches (leafspine)",
+                     sweep=True)
     leaves: int = _f(2, _int(1, naming.MAX_LEAVES), "number of leaf switches (leafspine)")
     hosts_per_leaf: int = _f(2, _int(1, naming.MAX_HOSTS_PER_LEAF - 1),
                              "hosts under each leaf (leafspine)")
