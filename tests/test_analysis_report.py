@@ -179,7 +179,9 @@ def test_corrupt_capture_is_flagged(tmp_path):
     paths = build_report(run, plots=False)
     m = json.loads(paths["metrics"].read_text())
     text = " ".join(m["problems"])
-    assert "h2-eth0.pcap is partial" in text and "junk.pcap unreadable" in text
+    # each damaged input's reason once, in the sentence naming what it made n/a
+    assert "h2-eth0.pcap truncated at t = " in text and "(partial: last record" in text
+    assert "junk.pcap unreadable" in text
 
 
 def test_report_rebuild_is_idempotent_and_raw_files_untouched(demo, tmp_path):
