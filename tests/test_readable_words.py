@@ -94,3 +94,14 @@ def test_compare_sentences_say_n_a_for_an_unknown_rto_stall(tmp_path):
     ring = [s for s in out if s.startswith("kind=ring: ")][0]
     assert "(RTO stalls 0 s)" in ring
     assert "None" not in json.dumps(out)
+
+
+def test_headline_counts_are_integers_in_metrics_json(demo):
+    """Issue 27 item 8 (in part): tc_drops 6, not 6.0, beside capture_losses 3."""
+    from incastlab.analysis.metrics import COUNT_UNITS, all_metrics
+
+    head = json.loads(demo["metrics"].read_text())["headline"]
+    counts = {m.name for m in all_metrics(None) if m.unit in COUNT_UNITS}
+    found = {k: v for k, v in head.items() if k in counts and v is not None}
+    assert {"tc_drops", "kernel_retrans_segs", "kernel_timeouts"} <= set(found)
+    assert all(type(v) is int for v in found.values()), found
