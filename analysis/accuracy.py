@@ -290,7 +290,7 @@ def run_inputs(a) -> dict:
             "lr_rule": rule if isinstance(rule, dict) else lr_rule(t.get("workers_raw"))}
 
 
-NO_TARGET = "time to accuracy: no run set workload.target_accuracy"
+NO_TARGET = "time to accuracy is left out: no run set workload.target_accuracy"
 
 
 def compare_section(runs: list[dict], out_dir) -> tuple[str, list[Path], dict]:

@@ -271,8 +271,7 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False, jobs=None)
     links = {r["dir"]: _run_link(Path(r["dir"]), out) for r in used}
     iplot, zero = ic.figure(table, ic.run_points(used, [m.name for m in declared], links),
                             declared, cell_text)
-    shown = {n.split(":")[0] for n in not_drawn}
-    not_drawn += [f"{m}: 0 in every run" for m in zero if m not in shown]
+    zeros, not_drawn = list(dict.fromkeys([*not_drawn, *zero])), []
     checks = confounds(used)
     # time to accuracy, where the runs logged held-out evaluations (analysis/accuracy.py)
     tta_html, tta_figs, tta = accuracy.compare_section(
@@ -299,9 +298,9 @@ def compare_runs(run_dirs, out_dir, include_incomplete: bool = False, jobs=None)
     body.append("<h2>Headline metrics</h2>" + headline_table(table, declared))
     body.append(fabrics_html(used))
     body.append("<h2>Plots</h2>" + _plots_html(iplot, figs, sweeps))
-    if not_drawn:
-        body.append("<p class='none'>Not drawn: " + html.escape("; ".join(not_drawn))
-                    + ".</p>")
+    if zeros or not_drawn:
+        body.append("<p class='none' id='not-drawn'>" + html.escape(
+            not_drawn_text(zeros, declared, not_drawn)) + "</p>")
     body.append("<h2>Runs</h2>" + runs_html(runs, declared, out))
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>incastlab comparison"
             f"</title><style>{CSS}{COMPARE_CSS}</style>"
@@ -330,10 +329,20 @@ def _group_table(used: list[dict], declared: list) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+def not_drawn_text(zeros: list[str], declared: list, reasons: list[str]) -> str:
+    """'Not drawn, being 0 in every run: RTO firings (rtos), ...' in the metrics' own
+    words (their metrics.json keys in brackets), then any other reason."""
+    names = {m.name: m.label for m in declared}
+    said = ["Not drawn, being 0 in every run: " + ", ".join(
+        f"{names.get(z, z)} ({z})" for z in zeros) + "."] if zeros else []
+    return " ".join(said + [r[0].upper() + r[1:] + ("" if r.endswith(".") else ".")
+                            for r in reasons if r])
+
+
 def _draw_pngs(table, used, keys, declared, out: Path, jobs=None) -> tuple[list, list, list]:
     """plots/compare_*.png of every plotted metric: bars per group, and lines along the
-    sweep axis when there is one. Returns (figures, what was not drawn and why, the line
-    plots among the figures: they have no interactive twin)."""
+    sweep axis when there is one. Returns (figures, the metrics not drawn for being 0 in
+    every run, the line plots among the figures: they have no interactive twin)."""
     units = {m.name: m.unit for m in declared}
     figs, not_drawn, sweeps = [], [], []
     x_key = sweep_axis(used, keys)
@@ -342,7 +351,7 @@ def _draw_pngs(table, used, keys, declared, out: Path, jobs=None) -> tuple[list,
         if table.empty or not (table["metric"] == metric).any():
             continue
         if _all_zero(table, metric):  # a plot of nothing but zeros says less than this
-            not_drawn.append(f"{metric}: 0 in every run")
+            not_drawn.append(metric)
             continue
         if x_key:  # e.g. goodput vs senders, one line per value of the other factors
             lines = _line_table(table, used, keys, x_key, metric)

@@ -156,15 +156,27 @@ def confounds(runs: list[dict]) -> list[Confound]:
         _fidelity_check(runs),
         _count_check("capture drops", runs, _capture_dropped,
                      "runs whose tcpdump dropped packets (capture losses overstated)"),
-        _same_check("code version", runs, lambda r: (
-            f"incastlab {_versions(r).get('incastlab')} git {_versions(r).get('git')}"
-            if _versions(r) else None), "code versions"),
-        _same_check("machine", runs, lambda r: (
-            f"{_manifest(r).get('host')}, kernel {_versions(r).get('kernel')}, "
-            f"{(_manifest(r).get('cpu') or {}).get('cores')} cores, datapath "
-            f"{_manifest(r).get('datapath')}, OVS {_versions(r).get('openvswitch')}"
-            if _manifest(r) else None), "machines"),
+        _same_check("code version", runs, lambda r: _described(
+            [("incastlab {}", "incastlab", _versions(r).get("incastlab")),
+             ("git {}", "git", _versions(r).get("git"))], " "), "code versions"),
+        _same_check("machine", runs, lambda r: _described(
+            [("{}", "host", _manifest(r).get("host")),
+             ("kernel {}", "kernel", _versions(r).get("kernel") or _manifest(r).get("kernel")),
+             ("{} cores", "cores", (_manifest(r).get("cpu") or {}).get("cores")),
+             ("datapath {}", "datapath", _manifest(r).get("datapath")),
+             ("OVS {}", "OVS", _versions(r).get("openvswitch"))]), "machines"),
     ]
+
+
+def _described(parts: list[tuple[str, str, object]], sep: str = ", ") -> str | None:
+    """'vm, kernel 6.1, 2 cores; not in the manifest: OVS' from (format, name, value)
+    parts (None when no part is recorded): a missing value is said so, never None."""
+    known = [form.format(v) for form, _, v in parts if v is not None]
+    if not known:
+        return None
+    missing = [name for _, name, v in parts if v is None]
+    return sep.join(known) + (f"; not in the manifest: {', '.join(missing)}" if missing
+                              else "")
 
 
 def confounds_html(checks: list[Confound]) -> str:

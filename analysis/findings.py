@@ -361,8 +361,8 @@ def trust(a) -> list[Finding]:
     else:
         unknown.append("tcpdump's drop counts")
     if a.missing:
-        concerns.append("inputs are missing: " + ", ".join(INPUTS.get(k, k)
-                                                            for k in a.missing))
+        concerns.append("inputs are missing or damaged: " + ", ".join(
+            INPUTS.get(k, k) for k in a.missing) + " (why: below)")
     else:
         fine.append("every input is present")
     if concerns:
@@ -435,9 +435,18 @@ def group_costs(runs: list[dict]) -> dict[str, dict]:
                                                        *COST_PARTS)}})
         acc["n"] += 1
         for k in ("measured_s", "rto_stall_s", *COST_PARTS):
-            acc[k] += float(c.get(k) or 0.0)
-    return {g: {k: (v / acc["n"] if k != "n" else v) for k, v in acc.items()}
-            for g, acc in sums.items()}
+            if c.get(k) is None and k == "rto_stall_s":  # not known (no whole captures)
+                acc[k] = None
+            elif acc[k] is not None:
+                acc[k] += float(c.get(k) or 0.0)
+    return {g: {k: (v / acc["n"] if k != "n" and v is not None else v)
+                for k, v in acc.items()} for g, acc in sums.items()}
+
+
+def _rto_part(v) -> str:
+    return duration(v) if v is not None else (
+        "n/a: a run of the group has no whole captures, so its RTOs are not told apart "
+        "from the rest of the network's cost")
 
 
 def compare_cost(runs: list[dict]) -> list[str]:
@@ -453,7 +462,8 @@ def compare_cost(runs: list[dict]) -> list[str]:
                    f"{duration(c['schedule_s'])} the job's own schedule + "
                    f"{duration(c['straggler_wait_s'])} waiting for stragglers + "
                    f"{duration(c['network_cost_s'])} the network's cost over the bound "
-                   f"(RTO stalls {duration(c['rto_stall_s'])}); mean of {_n(c['n'])} run(s).")
+                   f"(RTO stalls {_rto_part(c['rto_stall_s'])}); mean of {_n(c['n'])} "
+                   "run(s).")
     if len(costs) == 2:
         (ga, a), (gb, b) = sorted(costs.items(), key=lambda kv: -kv[1]["measured_s"])
         diff = a["measured_s"] - b["measured_s"]

@@ -121,10 +121,10 @@ class Inventory:
         return f"{head} ({i.reason})" if i.reason else head
 
     def problems(self) -> list[str]:
-        """Sentences for the report's problems: every damaged input, and every file
-        with skipped bad lines."""
-        out = [f"{i.problem or 'Input ' + self.describe(i)}: the metrics that need it "
-               "are n/a." for i in self.damaged()]
+        """Sentences for the report's problems: every file with skipped bad lines. A
+        damaged input's reason is in missing() (the analysis says it once, with the
+        metrics it made n/a: analysis/report.py)."""
+        out = []
         for i in self.items:
             if i.bad_lines:
                 out.append(f"{i.bad_lines} unreadable line(s) in {i.name} were skipped "

@@ -434,6 +434,8 @@ def evaluate(a, kind: str | None = None) -> list[Reading]:
                               f"({type(exc).__name__}: {exc})")
             out.append(Reading(m, None, f"could not be computed ({type(exc).__name__})"))
             continue
+        if value is not None and m.unit in COUNT_UNITS and float(value).is_integer():
+            value = int(value)  # a count is an integer in metrics.json (6, not 6.0)
         reason = None
         if value is None:
             if not m.applies(kind, jobs):

@@ -126,6 +126,12 @@ def sections(a, figs) -> list:
     return out
 
 
+def _s_or_why(v) -> str:
+    """'0.02 s', or n/a with the reason (a cost part the captures could not give)."""
+    return f"{render.fmt(v)} s" if v is not None else \
+        "n/a (no whole captures: inside the unexplained)"
+
+
 def cost_section(a, figs):
     """What the network cost the job: the bound, the measured time and its parts."""
     c = a.metrics.get("cost") or {}
@@ -144,8 +150,8 @@ def cost_section(a, figs):
            f"{render.fmt(c['measured_s'])} s = compute {render.fmt(c['compute_s'])} s + "
            f"transfer at the bound {render.fmt(c['transfer_at_bound_s'])} s + the job's "
            f"schedule {render.fmt(c.get('schedule_s', 0.0))} s + RTO stalls "
-           f"{render.fmt(c['rto_stall_s'])} s + loss recovery "
-           f"{render.fmt(c['loss_recovery_s'])} s + waiting for stragglers "
+           f"{_s_or_why(c['rto_stall_s'])} + loss recovery "
+           f"{_s_or_why(c['loss_recovery_s'])} + waiting for stragglers "
            f"{render.fmt(c['straggler_wait_s'])} s + unexplained "
            f"{render.fmt(c['unexplained_s'])} s. In one sentence: {c['sentence']}.")
     legend = ("<p class='note'>compute: the workers' logged compute; transfer at the bound: "

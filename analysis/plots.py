@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 import pandas as pd  # noqa: E402
+from .labels import trigger_name  # noqa: E402
 
 TOP_N = 8
 KIND_COLOURS = {"fast": "tab:blue", "rto": "tab:red", "tlp": "tab:orange", "other": "tab:gray"}
@@ -134,14 +135,15 @@ def retrans_timeline(retrans: pd.DataFrame, t0: float, t1: float, path) -> Path 
     kinds = [k for k in KIND_COLOURS if (retrans["kind"] == k).any()]
     data = [retrans.loc[retrans["kind"] == k, "t"] - t0 for k in kinds]
     ax.hist(data, bins=bins, stacked=True, color=[KIND_COLOURS[k] for k in kinds],
-            label=[f"{k} ({len(d)})" for k, d in zip(kinds, data, strict=True)])
+            label=[f"{trigger_name(k, len(d))} ({len(d)})"
+                   for k, d in zip(kinds, data, strict=True)])
     rto = retrans[retrans["event"] & (retrans["kind"] == "rto")]
     for i, t in enumerate(rto["t"] - t0):
         ax.axvline(t, color="red", lw=0.6, alpha=0.6,
                    label=f"RTO firings ({len(rto)})" if i == 0 else None)
     ax.set_xlabel("time since run start (s)")
     ax.set_ylabel(f"retransmitted packets per {bins[1] * 1000:.0f} ms")
-    ax.set_title("Retransmissions by trigger (fast / RTO / tail-loss probe / other)")
+    ax.set_title("Retransmissions by what triggered them")
     legend_outside(ax)
     return save(fig, path)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import interactive
+from . import interactive, labels
 from . import flowroles as fr
 from . import network_cost
 from . import plots as plotting
@@ -202,9 +202,19 @@ def piece_html(df: pd.DataFrame) -> str:
     cls = f"t{next(_TABLES)}"
     style = ("<style>" + ",".join(f".{cls} td:nth-child({i}),.{cls} th:nth-child({i})"
                                   for i in text) + "{text-align:left}</style>") if text else ""
-    return style + "<div class='wide'>" + df.to_html(
-        index=False, na_rep="n/a", float_format=lambda x: fmt(x, 4),
-        classes=f"tbl {cls}" if text else "tbl", border=0, escape=True) + "</div>"
+    page = df.to_html(index=False, na_rep="n/a", float_format=lambda x: fmt(x, 4),
+                      classes=f"tbl {cls}" if text else "tbl", border=0, escape=True)
+    return style + "<div class='wide'>" + _readable_headers(page, df.columns) + "</div>"
+
+
+def _readable_headers(page: str, columns) -> str:
+    """The table's header cells in words (analysis/labels.py), each with its CSV column's
+    name under it; the body is left alone."""
+    head, sep, body = page.partition("</thead>")
+    for c in columns:
+        head = head.replace(f"<th>{html.escape(str(c))}</th>",
+                            f"<th>{labels.header_html(c)}</th>", 1)
+    return head + sep + body
 
 
 def df_md(df: pd.DataFrame, max_rows=20, more: str | None = None) -> str:
@@ -212,7 +222,8 @@ def df_md(df: pd.DataFrame, max_rows=20, more: str | None = None) -> str:
         return "(empty)\n"
     d = df.head(max_rows).astype(object).where(df.head(max_rows).notna(), "n/a")
     cols = list(d.columns)
-    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    heads = [labels.header(c) for c in cols]  # words; tables/*.csv keep the names
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(cols)]
     for _, r in d.iterrows():
         lines.append("| " + " | ".join(fmt(r[c], 4) if isinstance(r[c], float) else str(r[c])
                                        for c in cols) + " |")
@@ -299,7 +310,7 @@ font-weight:bold;white-space:nowrap}.tbl.head td,.tbl.head th{vertical-align:top
 solid #2a6fb0;padding:.3em 1em;margin:1em 0}.findings h2{margin:.3em 0}.findings li{
 margin:.3em 0;line-height:1.4}.wide{max-width:100%;overflow-x:auto}
 .tbl td,.tbl th{overflow-wrap:break-word;max-width:36em}.tbl td{font-variant-numeric:
-tabular-nums}"""
+tabular-nums}.tbl th code.col{font-weight:normal;font-size:.85em;color:#666}"""
 
 
 

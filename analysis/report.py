@@ -77,18 +77,18 @@ def _withhold(a: Analysis, damaged: dict) -> None:
             for k in names:
                 nums[k] = {} if k == "kernel" else None
             recon.setdefault("notes", []).insert(0, (
-                f"{mt.INPUTS.get(group, group)}: {damaged[group]}. The numbers below that "
-                "come from it are what remains, not the run's totals."))
+                f"{damaged[group]}. The numbers below that come from it are what remains, "
+                "not the run's totals."))
 
 
 def _na_problems(readings, missing: dict) -> list[str]:
-    """One sentence per missing or damaged input naming the metrics it made n/a."""
+    """One sentence per missing or damaged input: why, once, and the metrics it made n/a
+    (the page says each reason here and nowhere else at its top)."""
     out = []
     for key, why in missing.items():
-        names = [r.metric.name for r in readings if r.value is None and key in r.metric.inputs]
-        if names:
-            out.append(f"n/a for want of {mt.INPUTS.get(key, key)} ({why}): "
-                       + ", ".join(names) + ".")
+        names = [r.metric.label for r in readings
+                 if r.value is None and key in r.metric.inputs]
+        out.append(why + (f"; n/a for want of it: {', '.join(names)}." if names else "."))
     return out
 
 
@@ -176,12 +176,20 @@ def summary_md(a: Analysis, sections: list, banner: str | None) -> str:
         md.insert(0, f"> **{banner}**\n")
     md.append(f"status: {a.status}" + (f" ({a.reason})" if a.reason else "") + "\n")
     md.append(render.findings_md(a.metrics["findings"]))
-    md += [f"> {p}\n" for p in a.problems]
-    if a.missing:
-        md.append("Missing inputs:\n" + "".join(f"- {k}: {v}\n" for k, v in a.missing.items()))
+    md += [f"> {p}\n" for p in a.problems]  # a missing input's reason among them, once
     for sec_title, _, sec_md in sections:
-        md.append(f"\n## {sec_title}\n\n{sec_md}")
+        md.append(f"\n## {sec_title}\n\n{said_once(sec_md, a.missing, str)}")
     return "\n".join(md)
+
+
+def said_once(text: str, missing: dict, escape=html.escape) -> str:
+    """A section's text with each missing input's reason (said whole at the top of the
+    page, _na_problems) cut to its head: 'queues.csv truncated at t = 0.2 s (why: at
+    the top)'. `escape`: how the text holds it (HTML-escaped in report.html)."""
+    for why in (missing or {}).values():
+        if why and " (" in why and len(why) > 60:  # a short one is as short as a pointer
+            text = text.replace(escape(why), escape(why.split(" (", 1)[0] + " (why: at the top)"))
+    return text
 
 
 def report_html(a: Analysis, sections: list, banner: str | None, figs: dict) -> str:
@@ -199,16 +207,14 @@ def report_html(a: Analysis, sections: list, banner: str | None, figs: dict) -> 
                 f"{' — ' + html.escape(a.reason) if a.reason else ''}; "
                 f"duration {render.fmt(a.t1 - a.t0)} s</p>")
     body.append(render.findings_html(a.metrics["findings"]))
-    for p in a.problems:
+    for p in a.problems:  # a missing input's reason among them, once (_na_problems)
         body.append(f"<p class='warn'>{html.escape(p)}</p>")
-    if a.missing:
-        body.append("<p class='warn'>Missing inputs: " + "; ".join(
-            f"{html.escape(k)}: {html.escape(v)}" for k, v in a.missing.items()) + "</p>")
     toc = "".join(f"<li><a href='#s{i}'>{html.escape(s[0])}</a></li>"
                   for i, s in enumerate(sections))
     body.append(f"<ul>{toc}</ul>")
     for i, (sec_title, sec_html, _) in enumerate(sections):
-        body.append(f"<h2 id='s{i}'>{html.escape(sec_title)}</h2>{sec_html}")
+        body.append(f"<h2 id='s{i}'>{html.escape(sec_title)}</h2>"
+                    + said_once(sec_html, a.missing))
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
             f"</title><style>{render.CSS}</style>"
             # plotly.js inlined once, only where an interactive figure is on the page

@@ -10,6 +10,7 @@ import html
 import json
 
 from . import fabricpic, network_cost, metrics
+from . import labels as words
 from . import flowroles as fr
 from . import render
 from .render import figure, fmt, img, md_img, none, rel, table
@@ -141,10 +142,10 @@ def _retransmissions(a, figs) -> list[Section]:
     if t["flows"].empty:
         return [Section("Retransmissions and RTOs", *none("no captures with TCP payload"))]
     rs = m["retransmissions"]
-    txt = (f"{rs['retrans_packets']} retransmitted packets ({rs['retrans_bytes']} bytes); "
-           f"by trigger {rs['by_kind']}; {rs['rto_events']} RTO firing(s). "
-           f"An RTO is a retransmission after >= {m['run']['rto_threshold_s']} s of "
-           "silence; fast = after >= 3 duplicate ACKs; tlp = tail-loss probe.")
+    txt = (f"{rs['retrans_packets']} retransmitted packets ({rs['retrans_bytes']} bytes), "
+           f"by what triggered them: {words.trigger_text(rs['by_kind'])}. "
+           f"{rs['rto_events']} RTO firing(s); a retransmission counts as after a timeout "
+           f"when the flow was silent for >= {m['run']['rto_threshold_s']} s before it.")
     labels = t.get("flow_labels") or {}
     eps = t["recovery_episodes"]
     eps = eps.assign(stall_start=eps["stall_start"] - a.t0, start=eps["start"] - a.t0,

@@ -15,8 +15,8 @@ Actions (registered with :func:`incastlab.events.register_action`; fields in
     at_iteration = 4
     action = "worker_kill"    # SIGKILL; also worker_pause (SIGSTOP), worker_resume
     rank = 1                  # (SIGCONT) and ps_kill (host = a PS host, default the
-                              # first); workers by `host` or by `rank` (0-based, PS hosts
-                              # not counted, as in workload.stragglers)
+                              # first); workers by `host` or by `rank` (the rank `incastlab
+                              # check` lists, servers first, as in workload.stragglers)
 
 The CPU throttle does what Mininet's CPULimitedHost does (a cgroup per host, its
 processes moved in, a CFS quota), but mid-run and for the job's processes only: one
@@ -87,8 +87,8 @@ def _target_host(ev, scene) -> str | None:
     if ev.get("host") is not None:
         return ev.get("host")
     rank = ev.get("rank")
-    if rank is not None and is_int(rank) and 0 <= rank < len(scene.workers):
-        return scene.workers[rank]
+    if rank is not None and is_int(rank) and rank in _worker_ranks(scene):
+        return _ranks(scene)[rank]
     if ev.action == "ps_kill" and scene.servers:
         return scene.servers[0]
     return None
@@ -115,17 +115,30 @@ def _check_worker(ev, scene) -> list[str]:
     if has_host and has_rank:
         return ["rank: given together with host; name the worker by one of them"]
     if not has_host and not has_rank:
-        return ["host: missing; name the worker by host (e.g. 'h3') or by rank (0-based, "
-                "PS hosts not counted)"]
+        return ["host: missing; name the worker by host (e.g. 'h3') or by rank (as "
+                "`incastlab check` lists it, servers first)"]
     if has_host:
         return _check_host(ev, scene, scene.workers, "worker")
     rank = ev.get("rank")
     if not (is_int(rank) and rank >= 0):
-        return [f"rank: {rank!r} is not an integer >= 0 (a worker's rank, PS hosts not "
-                "counted)"]
-    if scene.workers and rank >= len(scene.workers):
-        return [f"rank: {rank} is not a worker rank from 0 to {len(scene.workers) - 1}"]
+        return [f"rank: {rank!r} is not an integer >= 0 (a worker's rank, as `incastlab "
+                "check` lists it)"]
+    ranks = _worker_ranks(scene)
+    if scene.workers and rank not in ranks:
+        servers = "" if not ranks.start else " (rank 0 is a server)" if ranks.start == 1 \
+            else f" (ranks 0..{ranks.start - 1} are servers)"
+        return [f"rank: {rank} is not a worker rank from {ranks.start} to "
+                f"{ranks.stop - 1}{servers}"]
     return []
+
+
+def _ranks(scene) -> tuple[str, ...]:
+    """Hosts by rank, servers first (topologies.placement.Placement.ranks)."""
+    return tuple(scene.servers) + tuple(scene.workers)
+
+
+def _worker_ranks(scene) -> range:
+    return range(len(scene.servers), len(scene.servers) + len(scene.workers))
 
 
 def _check_share(ev) -> list[str]:
@@ -185,12 +198,12 @@ def _target(kind: str, role: str):
 # --- apply and undo ----------------------------------------------------------------------
 
 def _host_of(ctx, ev) -> str:
-    """The event's host, by name or by worker rank (the spec's placement)."""
+    """The event's host, by name or by rank (the spec's placement, servers first)."""
     if ev.get("host") is not None:
         return ev.get("host")
     placed = ctx.spec.placement()
     if ev.get("rank") is not None:
-        return placed.workers[ev.get("rank")]
+        return placed.ranks[ev.get("rank")]
     return placed.servers[0]  # ps_kill's default (validated: the job has a PS)
 
 
@@ -318,8 +331,8 @@ FIELDS = {
     "cpu_throttle": {"host": "the host whose job processes are throttled, e.g. 'h3'",
                      "share": f"CPU share of one core, from {MIN_SHARE:g} to 1 (cgroup "
                               "CFS quota = share x the period, 10 ms or longer)"},
-    "worker_kill": {"host": "the worker's host", "rank": "or the worker's rank (0-based, PS "
-                                                         "hosts not counted)"},
+    "worker_kill": {"host": "the worker's host", "rank": "or the worker's rank (as `incastlab "
+                                                         "check` lists it, servers first)"},
     "worker_pause": {"host": "the worker's host", "rank": "or the worker's rank"},
     "worker_resume": {"host": "the worker's host", "rank": "or the worker's rank"},
     "ps_kill": {"host": "the PS host (default: the first)"},

@@ -168,7 +168,11 @@ def test_all_zero_metrics_are_not_drawn(tmp_path):
         names = {p.name for p in out["plots"]}
         assert "compare_queue_drops_plotted.png" not in names
         assert "compare_goodput_mbps.png" in names
-        assert "queue_drops_plotted: 0 in every run" in out["report"].read_text()
+        # in the metric's words, its key beside them (issue 27 item 4)
+        page = out["report"].read_text()
+        said = page.split("id='not-drawn'>", 1)[1].split("</p>", 1)[0]
+        assert said.startswith("Not drawn, being 0 in every run: ")
+        assert "queue drops (queue_drops_plotted)" in said and ": 0 in every" not in said
         # one run with a drop: drawn
         runs.append(make_run_dir(tmp_path / "r9", workers={0: [
             {"event": "start", "role": "client", "rank": 0, "mode": "incast", "t": T0}]},

@@ -125,8 +125,8 @@ def test_bare_run_says_what_is_unknown(tmp_path):
                            "readable captures in pcap/).")
     assert f["cost"] == "What the network cost the training is unknown: no workers/*.jsonl."
     assert "(failed: worker h2 exited 1)" in f["trust"]
-    assert "inputs are missing: fabric.json, queues.csv, counters/*.json (nstat " \
-           "before/after), workers/*.jsonl, pcap/*.pcap" in f["trust"]
+    assert "inputs are missing or damaged: fabric.json, queues.csv, counters/*.json (nstat " \
+           "before/after), workers/*.jsonl, pcap/*.pcap (why: below)" in f["trust"]
 
 
 def test_incast_rounds_and_quiet_queues(tmp_path):

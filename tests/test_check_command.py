@@ -32,18 +32,20 @@ def test_check_prints_the_resolved_spec_its_runs_and_the_hosts(capsys):
     # the placement printed is the runner's (Spec.placement) for that point
     ps = load_spec(path, ["workload.workers=4", "workload.kind=ps", "run.repetitions=1"])
     ring = load_spec(path, ["workload.workers=4", "workload.kind=ring", "run.repetitions=1"])
-    ranks = " ".join(f"{i}:{h}" for i, h in enumerate(ps.placement().workers))
-    assert f"parameter servers: {' '.join(ps.placement().servers)}" in tail
+    # ranks as the job launches them (servers first): tests/test_one_numbering.py
+    servers, workers = ps.placement().servers, ps.placement().workers
+    ranks = " ".join(f"{i}:{h}" for i, h in enumerate(workers, start=len(servers)))
+    assert f"parameter servers (rank:host): 0:{servers[0]}" in tail
     assert f"workers (rank:host): {ranks}" in tail
     ranks = " ".join(f"{i}:{h}" for i, h in enumerate(ring.placement().workers))
-    assert f"workers (rank:host): {ranks}" in tail
+    assert f"servers: none\n#     workers (rank:host): {ranks}" in tail
     assert tail.count("hosts as in kind=ps,rep=1") == 1  # repetition 2: same hosts
 
 
 def test_check_of_a_single_run_says_so(capsys):
     assert cli.main(["check", "--set", "workload.kind=incast", "--set", "workload.senders=3"]) == 0
     out = capsys.readouterr().out
-    assert "# 1 run (incastlab run)" in out and "receiver: " in out
+    assert "# 1 run (incastlab run)" in out and "receiver (rank:host): 0:" in out
 
 
 @pytest.mark.parametrize("overrides,field", [
@@ -100,6 +102,7 @@ def test_check_prints_each_jobs_hosts_for_several_jobs(capsys):
     spec = load_spec(path)
     for i, (entry, placed) in enumerate(zip(spec.jobs, multijob.placements(spec),
                                             strict=True)):
-        ranks = " ".join(f"{r}:{h}" for r, h in enumerate(placed.workers))
+        ranks = " ".join(f"{r}:{h}" for r, h in enumerate(placed.workers,
+                                                          start=len(placed.servers)))
         block = tail.split(f"#   jobs[{i}] ({entry.workload.kind}):\n", 1)[1]
         assert block.splitlines()[1] == f"#     workers (rank:host): {ranks}"

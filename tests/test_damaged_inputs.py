@@ -135,6 +135,25 @@ def test_a_truncated_queue_file_gives_no_drop_count_only_a_lower_bound(run):
     assert "queues.csv truncated" in paths["report"].read_text()
 
 
+def test_a_damaged_inputs_reason_is_said_once(run):
+    """Issue 27 item 3: the truncated queue file's whole reason once at the top of
+    report.html and summary.md, with the metrics it made n/a in words; below, in the
+    headline table, the reconciliation and fidelity notes, only its head."""
+    _cut_queues(run, 0.2)
+    paths = build_report(run, plots=False)
+    why = json.loads(paths["metrics"].read_text())["analysis"]["inputs"]["queues.csv"]["reason"]
+    for name, esc in (("report", lambda t: t.replace("'", "&#x27;")), ("summary", str)):
+        page = paths[name].read_text()
+        assert page.count(esc(why)) == 1, name
+        top = page.index(esc(why))
+        assert top < page.index("Headline numbers"), name
+        sentence = page[top:].split("\n", 1)[0]
+        assert "n/a for want of it: queue drops (tc), incast episodes" in sentence, name
+        # the rows below point up to it
+        assert page.count("queues.csv truncated at t = 0.2 s (why: at the top)") >= 4, name
+    assert "Missing inputs:" not in paths["summary"].read_text()
+
+
 def test_a_queue_file_that_stops_early_is_truncated_without_the_sampler_count(run):
     """No sampler count in the manifest (the sampler died before writing it): rows that
     stop before the workload's last logged moment (0.9 s) give it away."""

@@ -46,17 +46,20 @@ def problems(*tables, scene=SCENE) -> list[str]:
     ({"action": "cpu_throttle", "host": 3, "share": 0.5},
      "events[0].host: 3 is not a host name like 'h3'"),
     ({"action": "worker_kill"},
-     "events[0].host: missing; name the worker by host (e.g. 'h3') or by rank (0-based, "
-     "PS hosts not counted)"),
+     "events[0].host: missing; name the worker by host (e.g. 'h3') or by rank (as "
+     "`incastlab check` lists it, servers first)"),
     ({"action": "worker_kill", "host": "h1"},
      "events[0].host: 'h1' runs no worker of the job (worker hosts: h2, h3, h4)"),
-    ({"action": "worker_kill", "host": "h2", "rank": 0},
+    ({"action": "worker_kill", "host": "h2", "rank": 1},
      "events[0].rank: given together with host; name the worker by one of them"),
-    ({"action": "worker_pause", "rank": 3},
-     "events[0].rank: 3 is not a worker rank from 0 to 2"),
+    ({"action": "worker_pause", "rank": 4},
+     "events[0].rank: 4 is not a worker rank from 1 to 3 (rank 0 is a server)"),
+    ({"action": "worker_pause", "rank": 0},  # the PS: ranks are servers first
+     "events[0].rank: 0 is not a worker rank from 1 to 3 (rank 0 is a server)"),
     ({"action": "worker_pause", "rank": -1},
-     "events[0].rank: -1 is not an integer >= 0 (a worker's rank, PS hosts not counted)"),
-    ({"action": "worker_pause", "rank": 0, "duration_s": 30},
+     "events[0].rank: -1 is not an integer >= 0 (a worker's rank, as `incastlab check` "
+     "lists it)"),
+    ({"action": "worker_pause", "rank": 1, "duration_s": 30},
      "events[0].duration_s: 30 s is not below workload.timeout_s (30 s): the job would "
      "give the paused worker up as lost; pause it for less, or raise workload.timeout_s"),
     ({"action": "ps_kill", "host": "h2"},
@@ -77,12 +80,12 @@ def test_ps_kill_needs_a_ps():
 
 
 def test_resume_without_a_pause_and_a_second_kill_are_refused():
-    assert problems({"at_s": 1.0, "action": "worker_resume", "rank": 1}) == \
+    assert problems({"at_s": 1.0, "action": "worker_resume", "rank": 2}) == \
         ["events[0].action: worker_resume at 1 s on paused h3, which no earlier event "
          "changed"]
     # the same worker named by host and by rank is one target
     out = problems({"at_s": 1.0, "action": "worker_kill", "host": "h3"},
-                   {"at_s": 2.0, "action": "worker_kill", "rank": 1})
+                   {"at_s": 2.0, "action": "worker_kill", "rank": 2})
     assert out == ["events[1].action: worker_kill at 2 s on killed h3, which events[0] "
                    "(worker_kill at 1 s) already holds"]
 
@@ -90,9 +93,9 @@ def test_resume_without_a_pause_and_a_second_kill_are_refused():
 def test_valid_host_events_pass():
     assert problems({"at_s": 1.0, "action": "cpu_throttle", "host": "h1", "share": 0.2,
                      "duration_s": 5.0},
-                    {"at_s": 1.0, "action": "worker_pause", "rank": 2, "duration_s": 5.0},
+                    {"at_s": 1.0, "action": "worker_pause", "rank": 3, "duration_s": 5.0},
                     {"at_iteration": 3, "action": "worker_pause", "host": "h2"},
-                    {"at_iteration": 5, "action": "worker_resume", "rank": 0},
+                    {"at_iteration": 5, "action": "worker_resume", "rank": 1},
                     {"at_s": 9.0, "action": "ps_kill"}) == []
 
 

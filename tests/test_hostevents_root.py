@@ -55,11 +55,11 @@ def _run(spec_path: Path, run_dir: Path, overrides: list[str]) -> tuple[str, dic
     return status, json.loads((run_dir / "manifest.json").read_text())
 
 
-KILL_RANK_1 = """
+KILL_H2 = """
     [[events]]
     at_iteration = 3
     action = "worker_kill"
-    rank = 1
+    rank = 2
 """
 
 
@@ -67,11 +67,11 @@ def _applied(run_dir: Path) -> list[dict]:
     return [r for r in read_events(run_dir) if r.get("kind") == "apply"]
 
 
-PAUSE_RANK_0 = """
+PAUSE_H3 = """
     [[events]]
     at_iteration = 3
     action = "worker_pause"
-    rank = 0
+    rank = 1
     duration_s = 2.0
 """
 
@@ -81,11 +81,11 @@ def test_a_paused_then_a_killed_worker_under_a_sync_ps(tmp_path):
     the run fails with the reason."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    status, manifest = _run(_spec_file(tmp_path, PAUSE_RANK_0 + KILL_RANK_1.replace(
+    status, manifest = _run(_spec_file(tmp_path, PAUSE_H3 + KILL_H2.replace(
         "at_iteration = 3", "at_iteration = 8")), run_dir, QUICK + ["workload.mode=sync"])
     assert status == "failed"
     reason = manifest["reason"]
-    # placement: workers h3, h2, h4 -> rank 1 is h2 (app rank 2: the PS is rank 0)
+    # placement: PS h1 rank 0, workers h3, h2, h4 ranks 1, 2, 3 (incastlab check's)
     assert reason.startswith("1 of its processes killed (worker rank 2 on h2 by events[1] "
                              "(worker_kill at iteration 8)); the job tolerates 0 lost: "), reason
     assert "worker rank 2 lost; mode sync needs every worker's gradient each step" in reason
@@ -122,7 +122,7 @@ def test_a_paused_then_a_killed_worker_under_a_sync_ps(tmp_path):
     # while pulling, it pushed its next gradient late)
     (waited,) = set(others["iteration"])
     step = steps[steps["iteration"] == waited]
-    assert list(step["straggler"]) == [1]  # app rank 1 = worker rank 0 = h3
+    assert list(step["straggler"]) == [1]  # rank 1 = h3, the paused one
     # failed at once (the PS saw the connection close), far within the 15 s timeout
     assert manifest["end"] - kill["t"] < 15, manifest["end"] - kill["t"]
 
@@ -130,7 +130,7 @@ def test_a_paused_then_a_killed_worker_under_a_sync_ps(tmp_path):
 def test_a_killed_worker_is_tolerated_by_backup_workers(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    status, manifest = _run(_spec_file(tmp_path, KILL_RANK_1), run_dir,
+    status, manifest = _run(_spec_file(tmp_path, KILL_H2), run_dir,
                             QUICK + ["workload.mode=backup", "workload.backup_workers=1"])
     assert status == "complete", manifest.get("reason")
     server = read_jsonl(run_dir / "workers" / "0.jsonl")

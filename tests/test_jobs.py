@@ -26,13 +26,13 @@ def _opt(argv, flag):
 
 def test_ps_plan_ranks_hosts_and_stragglers():
     spec, plan = _plan("workload.workers=4", "workload.shards=2", "workload.mode=ssp",
-                       "workload.staleness=2", "workload.stragglers=[{rank=1, factor=4}]")
+                       "workload.staleness=2", "workload.stragglers=[{rank=3, factor=4}]")
     assert [la.role for la in plan] == ["server", "server"] + ["worker"] * 4
     assert [la.host for la in plan] == list(spec.placement().servers + spec.placement().workers)
     first = plan[0].argv
     assert _opt(first, "--master") == ["10.0.1.1:29500"]
     assert _opt(first, "--staleness") == ["2"] and _opt(first, "--shards") == ["2"]
-    assert _opt(first, "--slowdown") == ["3:4"], "worker 1 is app rank shards + 1"
+    assert _opt(first, "--slowdown") == ["3:4"], "the spec's rank is the app's (servers first)"
     assert _opt(first, "--model-size") == ["0.25"]
     assert all(_opt(la.argv, "--iface") == [f"{la.host}-eth0"] for la in plan)
 
@@ -55,7 +55,7 @@ def test_incast_plan_client_reads_from_every_sender():
 @pytest.mark.parametrize("overrides", [
     ["workload.kind=ps", "workload.mode=backup", "workload.backup_workers=1"],
     ["workload.kind=ps", "workload.mode=ssp", "workload.staleness=1", "workload.shards=2",
-     "workload.stragglers=[{rank=0, factor=2}]"],
+     "workload.stragglers=[{rank=2, factor=2}]"],
     ["workload.kind=ps", "workload.mode=async"],
     ["workload.kind=ring", "workload.impl=gloo", "workload.stragglers=[{rank=1, factor=3}]"],
     ["workload.kind=incast", "workload.rto_min_ms=1", "workload.interval_s=0.1"],

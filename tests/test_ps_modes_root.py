@@ -71,7 +71,7 @@ def _iterations(run_dir: Path) -> pd.DataFrame:
 
 def test_the_straggler_slows_sync_and_not_async(runs):
     sync, asyn = _iterations(runs["sync"]), _iterations(runs["async"])
-    straggler_rank = 1  # worker 0 of the spec: app rank shards + 0
+    straggler_rank = 1  # the spec's rank: the first worker, after the PS (rank 0)
     # every sync step waits for the straggler's compute: no iteration can be shorter
     assert sync["duration_s"].min() >= FACTOR * COMPUTE_S * 0.95
     fast = asyn[asyn["rank"] != straggler_rank]

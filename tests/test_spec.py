@@ -264,8 +264,10 @@ def test_sharded_ps_and_worker_leaves():
     ('[workload]\nkind = "ring"\nworkers = 1\n',
      "workload.workers: 1 is not an integer >= 2, as a ring needs"),
     # stragglers
-    ("[workload]\nstragglers = [{rank = 3, factor = 2}]\n",
-     "workload.stragglers[0].rank: 3 is not a worker rank from 0 to 2"),
+    ("[workload]\nstragglers = [{rank = 4, factor = 2}]\n",
+     "workload.stragglers[0].rank: 4 is not a worker rank from 1 to 3 (rank 0 is the PS host)"),
+    ("[workload]\nstragglers = [{rank = 0, factor = 2}]\n",  # ranks as check lists them
+     "workload.stragglers[0].rank: 0 is not a worker rank from 1 to 3 (rank 0 is the PS host)"),
     ("[workload]\nstragglers = [{rank = 0, factor = 0.5}]\n",
      "workload.stragglers[0].factor: 0.5 is not a number >= 1 (compute-time multiplier)"),
     ("[workload]\nstragglers = [{rank = 0}]\n",
@@ -524,10 +526,10 @@ def test_round_trip_through_to_toml(path, tmp_path):
 def test_round_trip_keeps_optional_fields_and_stragglers():
     spec = loads_spec('[topology]\ndelay = "2ms"\noversubscription = 2\n'
                       '[workload]\nmode = "ssp"\nstaleness = 0\nrto_min_ms = 1\n'
-                      "stragglers = [{rank = 0, factor = 4}, {rank = 2, factor = 1.5}]\n"
+                      "stragglers = [{rank = 1, factor = 4}, {rank = 3, factor = 1.5}]\n"
                       '[capture]\nports = ["h1-eth0", "lf1-eth1", "sp2-eth1"]\n')
     text = spec.to_toml()
-    assert "{ rank = 2, factor = 1.5 }" in text
+    assert "{ rank = 3, factor = 1.5 }" in text
     assert "fabric_bw_mbps" not in text  # absent stays absent
     assert loads_spec(text) == spec
     assert spec.capture_interfaces() == ["h1-eth0", "lf1-eth1", "sp2-eth1"]

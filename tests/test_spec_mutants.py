@@ -212,10 +212,10 @@ def test_unreadable_spec_files(tmp_path):
 
 def test_numbers_of_float_fields_become_floats_and_stragglers_objects():
     s = loads_spec("[topology]\nhost_bw_mbps = 20\n[workload]\nrto_min_ms = 5\n"
-                   "stragglers = [{rank = 0, factor = 2}]\n")
+                   "stragglers = [{rank = 1, factor = 2}]\n")
     assert type(s.topology.host_bw_mbps) is float and s.topology.host_bw_mbps == 20.0
     assert type(s.workload.rto_min_ms) is float
-    assert s.workload.stragglers == [Straggler(0, 2.0)]
+    assert s.workload.stragglers == [Straggler(1, 2.0)]
     assert type(s.workload.stragglers[0].factor) is float
     sweep = loads_spec("", ["workload.rto_min_ms=[10, 20]"], allow_sweep=True)
     assert [type(v) for v in sweep.workload.rto_min_ms] == [float, float]
@@ -481,15 +481,17 @@ def test_sweep_lists_are_checked_value_by_value():
 
 
 def test_stragglers_in_a_sweep_are_checked_as_data():
-    s = loads_spec("", ["workload.stragglers=[{rank=0,factor=2.0}]", "workload.workers=[2,3]"],
+    s = loads_spec("", ["workload.stragglers=[{rank=1,factor=2.0}]", "workload.workers=[2,3]"],
                    allow_sweep=True)
-    assert s.workload.stragglers == [Straggler(0, 2.0)]
-    assert [x.workload.stragglers for _, x in expand_sweep(s)] == [[Straggler(0, 2.0)]] * 2
+    assert s.workload.stragglers == [Straggler(1, 2.0)]
+    assert [x.workload.stragglers for _, x in expand_sweep(s)] == [[Straggler(1, 2.0)]] * 2
     found = errors("workload.stragglers=[{rank=5,factor=2.0}]", "workload.workers=[2,3]",
                    allow_sweep=True)
     assert found == [
-        "workload.stragglers[0].rank: 5 is not a worker rank from 0 to 1 (sweep point workers=2)",
-        "workload.stragglers[0].rank: 5 is not a worker rank from 0 to 2 (sweep point workers=3)"]
+        "workload.stragglers[0].rank: 5 is not a worker rank from 1 to 2 (rank 0 is the PS "
+        "host) (sweep point workers=2)",
+        "workload.stragglers[0].rank: 5 is not a worker rank from 1 to 3 (rank 0 is the PS "
+        "host) (sweep point workers=3)"]
 
 
 @pytest.mark.parametrize("overrides, only", [

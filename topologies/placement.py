@@ -54,10 +54,25 @@ class FabricShape:
 @dataclass(frozen=True)
 class Placement:
     """Hosts of a workload. ``servers``: PS hosts (ps), the receiver (incast), none (ring).
-    ``workers``: worker/ring/sender hosts, index = worker rank."""
+    ``workers``: worker/ring/sender hosts in rank order.
+
+    One numbering: a process's rank is its torch.distributed rank as every job launches
+    it, servers first (``ranks``): a PS job's servers are ranks 0..K-1 and its workers
+    K..K+N-1, a ring's ranks are its workers 0..N-1. ``incastlab check``, the spec's
+    ``stragglers.rank``, events' ``rank``, the logs, the report and the trace use it."""
 
     servers: tuple[str, ...]
     workers: tuple[str, ...]
+
+    @property
+    def ranks(self) -> tuple[str, ...]:
+        """Hosts by rank: index = the process's torch.distributed rank."""
+        return tuple(self.servers) + tuple(self.workers)
+
+    @property
+    def worker_ranks(self) -> range:
+        """The ranks of the workers (after the servers)."""
+        return range(len(self.servers), len(self.servers) + len(self.workers))
 
 
 def star_senders(senders: int | None, roles: RoleCounts) -> int:

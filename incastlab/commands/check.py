@@ -20,12 +20,18 @@ def add_arguments(p):
                         "(value in TOML syntax; repeatable)")
 
 
+RANKS_NOTE = ("ranks are torch.distributed's as the job launches them, servers first: "
+              "workload.stragglers[].rank and an event's rank name them")
+
+
 def placement_lines(placement, kind: str) -> list[str]:
-    """Human-readable host roles of one run (pure)."""
-    servers = " ".join(placement.servers) or "none"
+    """Human-readable host roles of one run (pure), each host with its rank
+    (``Placement.ranks``: the one numbering of logs, report and trace)."""
     role = {"ps": "parameter servers", "incast": "receiver"}.get(kind, "servers")
-    workers = " ".join(f"{rank}:{host}" for rank, host in enumerate(placement.workers))
-    return [f"{role}: {servers}", f"workers (rank:host): {workers}"]
+    ranked = [f"{rank}:{host}" for rank, host in enumerate(placement.ranks)]
+    k = len(placement.servers)
+    servers = f"{role} (rank:host): {' '.join(ranked[:k])}" if k else f"{role}: none"
+    return [servers, f"workers (rank:host): {' '.join(ranked[k:])}"]
 
 
 def run(args) -> int:
@@ -53,6 +59,7 @@ def run(args) -> int:
         seen[key] = label
         for line in placement_lines(placement, point.workload.kind):
             print(f"#     {line}")
+    print(f"# {RANKS_NOTE}")
     return 0
 
 
@@ -70,4 +77,5 @@ def _jobs(spec, points) -> int:
         print(f"#   jobs[{i}] ({kind}{offset}):")
         for line in placement_lines(placement, kind):
             print(f"#     {line}")
+    print(f"# {RANKS_NOTE}")
     return 0

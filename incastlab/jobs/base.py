@@ -195,8 +195,9 @@ class Job:
 @dataclass
 class Straggler:
     """A slow worker: its compute time is multiplied by ``factor`` (>= 1). ``rank`` is
-    the worker's index, 0 to workers - 1, i.e. ``Placement.workers[rank]``; PS hosts are
-    not counted (the PS app numbers its processes servers first: app rank = shards + rank)."""
+    the worker's torch.distributed rank as the job launches it (``Placement.ranks``,
+    servers first: a PS job's workers are ranks shards..shards + workers - 1), the rank
+    `incastlab check`, the logs, the report and the trace show."""
 
     rank: int
     factor: float
@@ -218,7 +219,7 @@ def stragglers_check(v) -> str | None:
                 hint = did_you_mean(key, ("rank", "factor"))
                 problems.append(f"[{i}].{key}: unknown key{hint}")
         if "rank" not in item:
-            problems.append(f"[{i}].rank: missing; an integer >= 0 (worker rank)")
+            problems.append(f"[{i}].rank: missing; an integer >= 0 (a worker's rank)")
         elif not (is_int(item["rank"]) and item["rank"] >= 0):
             problems.append(f"[{i}].rank: {item['rank']!r} is not an integer >= 0")
         if "factor" not in item:
@@ -240,12 +241,18 @@ def _rank_of(item):
     return item.get("rank") if isinstance(item, dict) else None
 
 
-def straggler_problems(w, count: int, ok: Callable[..., bool], count_key: str) -> list[str]:
-    """Every straggler's rank must be a worker of this job (0 to count - 1)."""
+def straggler_problems(w, count: int, ok: Callable[..., bool], count_key: str,
+                       first: int = 0, servers: str = "") -> list[str]:
+    """Every straggler's rank must be a worker's rank of this job: ``first`` (the
+    servers' count; they are ranks 0..first - 1, named ``servers``) to first + count - 1."""
     if not ok("workload.stragglers", count_key):
         return []
-    return [f"workload.stragglers[{i}].rank: {_rank_of(s)!r} is not a worker rank from 0 to "
-            f"{count - 1}" for i, s in enumerate(w.stragglers) if _rank_of(s) >= count]
+    last = first + count - 1
+    where = "" if not first else f" (rank 0 is the {servers})" if first == 1 else \
+        f" (ranks 0..{first - 1} are the {servers})"
+    return [f"workload.stragglers[{i}].rank: {_rank_of(s)!r} is not a worker rank from "
+            f"{first} to {last}{where}" for i, s in enumerate(w.stragglers)
+            if not first <= _rank_of(s) <= last]
 
 
 @dataclass
@@ -262,8 +269,9 @@ class TrainingFields:
     lr: float = spec_field(0.5, num_check(0, 10, low_open=True),
                            "SGD learning rate (no momentum)")
     stragglers: list[Straggler] = spec_field(
-        [], stragglers_check, "slow workers: [{rank = worker rank (0-based, PS hosts not "
-        "counted), factor = compute-time multiplier}]", list_valued=True)
+        [], stragglers_check, "slow workers: [{rank = the worker's rank as `incastlab "
+        "check` lists it (torch.distributed's, servers first: a PS job's first worker is "
+        "rank shards), factor = compute-time multiplier}]", list_valued=True)
 
 
 def training_options(spec) -> dict:

@@ -113,20 +113,23 @@ class PsJob(Job):
                               f"straggler's factor {factor:g} = {slowest:g} s, not below "
                               f"workload.timeout_s ({w.timeout_s:g} s): the others would "
                               "time out waiting for it")
-        return errors + straggler_problems(w, w.workers, ok, "workload.workers")
+        if not ok("workload.shards"):  # the workers' ranks start after the servers'
+            return errors
+        return errors + straggler_problems(w, w.workers, ok, "workload.workers", w.shards,
+                                           "PS hosts" if w.shards > 1 else "PS host")
 
     def launches(self, spec, ips, out_dir) -> list[Launch]:
         w = spec.workload
         placed = spec.placement()
         shards = len(placed.servers)
-        hosts = placed.servers + placed.workers
+        hosts = placed.ranks
         options = {"mode": w.mode, "shards": shards, **training_options(spec),
                    "staleness": w.staleness if w.mode == "ssp" else None,
                    "backup_workers": w.backup_workers if w.mode == "backup" else None,
                    "lr_rule": w.lr_rule, "eval_every": w.eval_every,
                    "compute_ms": f"{w.compute_ms:g}" if w.compute_ms else None,
-                   # spec ranks count workers only; the PS app numbers its servers first
-                   "slowdown": [f"{shards + s.rank}:{s.factor:g}" for s in w.stragglers]}
+                   # one numbering (Placement.ranks): the spec's rank is the app's
+                   "slowdown": [f"{s.rank}:{s.factor:g}" for s in w.stragglers]}
         argvs = ps_commands(endpoints(ips, hosts), out_dir, RENDEZVOUS_PORT, options)
         return [Launch(host, argv, rank, "server" if rank < shards else "worker",
                        rank >= shards)

@@ -134,14 +134,12 @@ class RingJob(Job):
         return analysis.tables["iterations"], list(p.workers) if p else []
 
     def tables(self, analysis) -> dict:
-        from incastlab.analysis import runview
         from incastlab.jobs.ring_tables import allreduce_vs_bound
 
-        w = runview.workload(analysis, self.Fields)
-        ring = allreduce_vs_bound(analysis.tables["workers_raw"], analysis.fabric)
-        if (algorithm_of(w) != "ring" or emulates_backward(w)) and not ring.empty:
-            # the unframed 2(N−1)/N·M/B is the flat ring's; other algorithms, and the
-            # exposed part of a bucketed all-reduce, get their own
+        ring = allreduce_vs_bound(analysis.tables["workers_raw"])
+        if not ring.empty:
+            # one bound per run: the job's own (framing, ACKs, the fabric, the algorithm,
+            # the exposed part of a bucketed all-reduce), the headline's bound_s
             bound = self.bound(analysis)
             ring["bound_s"] = bound.seconds if bound is not None else float("nan")
             ring["ratio"] = ring["allreduce_s"] / ring["bound_s"]
@@ -153,7 +151,7 @@ class RingJob(Job):
         return {"ring": lambda path: ring_vs_bound(analysis.tables["ring"], path)}
 
     def sections(self, analysis, figs) -> list[Section]:
-        from incastlab.analysis import alphabeta, render, runview
+        from incastlab.analysis import render, runview
         ring = analysis.tables["ring"]
         algorithm = algorithm_of(runview.workload(analysis, self.Fields))
         title = "Ring all-reduce vs bound" if algorithm == "ring" else \
@@ -162,18 +160,17 @@ class RingJob(Job):
             return [Section(title, *render.none("no all-reduce times in the worker logs"))]
         bound_s = float(ring["bound_s"].iloc[0])
         mean_s = float(ring["allreduce_s"].mean())
-        if algorithm == "ring":
-            mtu = runview.mtu(analysis)
-            txt = (f"all-reduce mean {render.fmt(mean_s)} s vs 2(N−1)/N·M/B = "
-                   f"{render.fmt(bound_s)} s (ratio {render.fmt(mean_s / bound_s)}; "
-                   f"the framing of {mtu + 14}-byte frames carrying {mtu - 52} payload "
-                   "bytes, and the ACKs of the incoming flow on the same link, make about "
-                   f"{alphabeta.ack_framing(mtu):.3f} the best possible)")
+        what = "all-reduce" if algorithm == "ring" else f"{algorithm} all-reduce"
+        if bound_s != bound_s:  # NaN: the job has no bound for this run
+            why = (analysis.metrics.get("cost") or {}).get("reason") or \
+                "no placement or link rates in the run directory"
+            txt = f"{what} mean {render.fmt(mean_s)} s; its bound (bound_s) n/a: {why}"
         else:
             bound = analysis.tables.get("bound")
-            txt = (f"{algorithm} all-reduce mean {render.fmt(mean_s)} s vs its bound "
-                   f"{render.fmt(bound_s)} s (ratio {render.fmt(mean_s / bound_s)}; "
-                   "the bound counts the framing, so 1.0 is the best possible)"
+            txt = (f"{what} mean {render.fmt(mean_s)} s vs its bound {render.fmt(bound_s)} "
+                   f"s (bound_s in the headline and metrics.json; ratio "
+                   f"{render.fmt(mean_s / bound_s)}; the bound counts the framing and the "
+                   "ACKs, so 1.0 is the best possible)"
                    + (f": {bound.formula}" if bound is not None else ""))
         return [Section(title, f"<p>{render.esc(txt)}</p>"
                         + render.img(figs.get("ring"), "ring"), txt + "\n")] \
@@ -201,14 +198,19 @@ class RingJob(Job):
         return list(_metrics())
 
     def summary_blocks(self, analysis) -> dict:
-        """metrics.json `ring`: the all-reduce's bound, its mean time and their ratio
-        (None where no all-reduce was logged)."""
+        """metrics.json `ring`: the all-reduce's bound (the headline's bound_s), its mean
+        time and their ratio (None where no all-reduce was logged or no bound exists)."""
+        import math
+
         ring = analysis.tables.get("ring")
         there = ring is not None and len(ring) > 0
+
+        def num(x):
+            return None if not there or math.isnan(float(x)) else float(x)
         return {"ring": {
-            "bound_s": float(ring["bound_s"].iloc[0]) if there else None,
-            "allreduce_mean_s": float(ring["allreduce_s"].mean()) if there else None,
-            "ratio_mean": float(ring["ratio"].mean()) if there else None}}
+            "bound_s": num(ring["bound_s"].iloc[0]) if there else None,
+            "allreduce_mean_s": num(ring["allreduce_s"].mean()) if there else None,
+            "ratio_mean": num(ring["ratio"].mean()) if there else None}}
 
     def cost_clause(self, analysis) -> str | None:
         from incastlab.analysis.findings import duration
