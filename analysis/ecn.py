@@ -24,7 +24,7 @@ import pandas as pd
 
 from incastlab.topologies.runformat import ECN_COUNTERS, ECN_MARKS
 
-from . import pcap
+from . import ecnflows, ecnreconcile, pcap
 from .stages import Section, Stage
 
 __all__ = ["STAGE", "captured_ecn", "cross_check", "marks_per_second", "port_totals",
@@ -120,8 +120,13 @@ def compute(a) -> dict | None:
     if counters is None:
         return None
     totals = port_totals(counters)
+    flows = ecnflows.run_flows(a.run_dir, a.fabric)
+    lost = {h.intf: capture_lost(a.manifest, h.intf) for h in a.fabric.hosts} \
+        if a.fabric else {}
     return {"per_second": marks_per_second(counters, a.t0), "totals": totals,
-            "check": cross_check(totals, a.fabric, a.run_dir, a.manifest)}
+            "check": cross_check(totals, a.fabric, a.run_dir, a.manifest), "flows": flows,
+            "reconcile": ecnreconcile.reconcile_ecn(totals, flows, a.tables.get("counters"),
+                                                    a.fabric, a.manifest, lost)}
 
 
 def metrics(t: dict | None) -> dict | None:
@@ -130,7 +135,8 @@ def metrics(t: dict | None) -> dict | None:
     totals, check = t["totals"], t["check"]
     return {"marks": {k: int(v) for k, v in totals["marks"].items()},
             "full": {k: int(v) for k, v in totals["full"].items()},
-            "check": check.to_dict("records") if len(check) else []}
+            "check": check.to_dict("records") if len(check) else [],
+            "reconcile": t["reconcile"]["numbers"]}
 
 
 def render(a, _figs) -> list:
@@ -144,10 +150,20 @@ def render(a, _figs) -> list:
     if len(check):
         h2, m2 = rd.table(a, check, "ecn_check")
         html, md = html + h2, md + m2
+    rec = t["reconcile"]
+    h3, m3 = rd.table(a, rec["totals"], "ecn_reconciliation", md_cols=["measure", "source",
+                                                                       "value"])
+    h4, m4 = rd.table(a, rec["hosts"], "ecn_reconciliation_hosts")
+    notes = "".join(f"<li>{rd.esc(n)}</li>" for n in rec["notes"])
+    html += ("<h3>Marks, captures and kernel counters</h3>" + h3 + "<h3>Per host</h3>" + h4
+             + f"<ul>{notes}</ul>")
+    md += "\nMarks, captures and kernel counters:\n\n" + m3 + "\nPer host:\n\n" + m4 \
+        + "".join(f"- {n}\n" for n in rec["notes"])
     ecn = a.manifest.get("ecn") or {}
     lead = (f"CE marked above {ecn.get('threshold')} {ecn.get('unit')} at every switch "
             f"egress queue ({ecn.get('marker')}); marks per port per second, then the "
-            "cross-check against the captures (docs/ecn.md).")
+            "cross-check against the captures, then the marks beside the captures' CE packets and "
+            "the hosts' kernel counters (docs/ecn.md).")
     return [Section("ECN marks", f"<p>{lead}</p>{html}", f"{lead}\n\n{md}")]
 
 

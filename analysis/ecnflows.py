@@ -1,0 +1,80 @@
+"""ECN per flow, from the receivers' own captures (docs/ecn.md): for every connection
+direction that arrives at a captured host, the CE-marked packets it brought, the CWR its
+sender set, and the ECE the host echoed back on that connection.
+
+A host's capture (``pcap/<host intf>.pcap``) sees both directions of its connections:
+the packets arriving (their IPv4 ECN field as the last switch port left it, and the
+sender's CWR) and the ACKs it sends (ECE: the receiver echoing the marks). SYNs are left
+out of ECE/CWR: a SYN carries ECE + CWR and a SYN-ACK ECE to negotiate ECN (RFC 3168
+section 6.1.1), not to echo a mark.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import pcap
+
+__all__ = ["COLUMNS", "flow_ecn", "run_flows"]
+
+COLUMNS = ["sender", "receiver", "src", "sport", "dst", "dport", "capture", "packets",
+           "data_packets", "ect", "ce", "cwr", "ece", "acks_back"]
+
+
+def flow_ecn(packets: pd.DataFrame, host_ip: int) -> pd.DataFrame:
+    """One row per TCP connection direction arriving at ``host_ip`` (src, sport, dst,
+    dport as captured): packets and data packets in, ECT and CE among them, CWR on the
+    sender's non-SYN segments, and ECE on the non-SYN segments the host sent back on the
+    same connection (``acks_back`` of them in all). Pure; columns COLUMNS[2:] less
+    capture."""
+    cols = ["src", "sport", "dst", "dport", "packets", "data_packets", "ect", "ce", "cwr",
+            "ece", "acks_back"]
+    ip = packets[(packets["ethertype"] == 0x0800) & packets["hdr_ok"] & (packets["proto"] == 6)]
+    if ip.empty:
+        return pd.DataFrame(columns=cols)
+    flags = ip["flags"].to_numpy().astype(np.int64)
+    not_syn = (flags & pcap.SYN) == 0
+    ecn = ip["ecn"].to_numpy()
+    inbound = ip["dst"].to_numpy() == host_ip
+    outbound = ip["src"].to_numpy() == host_ip
+    key = ["src", "sport", "dst", "dport"]
+    fwd = pd.DataFrame({"src": ip["src"].to_numpy(), "sport": ip["sport"].to_numpy(),
+                        "dst": ip["dst"].to_numpy(), "dport": ip["dport"].to_numpy(),
+                        "packets": 1, "data_packets": (ip["payload_len"].to_numpy() > 0),
+                        "ect": (ecn == 1) | (ecn == 2), "ce": ecn == pcap.ECN_CE,
+                        "cwr": not_syn & ((flags & pcap.CWR) != 0)})[inbound]
+    back = pd.DataFrame({"src": ip["dst"].to_numpy(), "sport": ip["dport"].to_numpy(),
+                         "dst": ip["src"].to_numpy(), "dport": ip["sport"].to_numpy(),
+                         "ece": not_syn & ((flags & pcap.ECE) != 0),
+                         "acks_back": not_syn})[outbound]
+    f = fwd.groupby(key, sort=True).sum(numeric_only=False)
+    b = back.groupby(key, sort=True).sum(numeric_only=False)
+    out = f.join(b, how="left").fillna(0).reset_index()
+    counted = ["packets", "data_packets", "ect", "ce", "cwr", "ece", "acks_back"]
+    return out.astype({c: np.int64 for c in counted})[cols]
+
+
+def run_flows(run_dir, fabric) -> pd.DataFrame:
+    """COLUMNS for every host whose own capture is in the run directory: src/dst as
+    dotted quads, sender/receiver by the fabric's hosts (the address when unknown)."""
+    frames = []
+    pcap_dir = Path(run_dir) / "pcap"
+    by_ip = {pcap.ip_to_int(h.ip): h.name for h in fabric.hosts} if fabric else {}
+    for host in fabric.hosts if fabric else ():
+        path = pcap_dir / f"{host.intf}.pcap"
+        if not path.exists():
+            continue
+        df = flow_ecn(pcap.read_pcap(path), pcap.ip_to_int(host.ip))
+        if df.empty:
+            continue
+        df.insert(0, "capture", host.intf)
+        df.insert(0, "receiver", host.name)
+        df.insert(0, "sender", [by_ip.get(int(s), pcap.ip_to_str(int(s))) for s in df["src"]])
+        df["src"] = [pcap.ip_to_str(int(s)) for s in df["src"]]
+        df["dst"] = [pcap.ip_to_str(int(s)) for s in df["dst"]]
+        frames.append(df)
+    if not frames:
+        return pd.DataFrame(columns=COLUMNS)
+    return pd.concat(frames, ignore_index=True)[COLUMNS]
