@@ -72,15 +72,17 @@ def port_totals(counters: pd.DataFrame) -> pd.DataFrame:
 
 def captured_ecn(packets: pd.DataFrame, host_ip: int | None = None) -> dict[str, int]:
     """Counts in one capture's parsed packets (analysis.pcap): IPv4 packets by ECN field,
-    and TCP segments with ECE and with CWR. ``host_ip``: count only CE packets sent to it
-    (what arrived at the host) in ``ce_in`` (pure)."""
+    and TCP segments other than SYNs with ECE and with CWR. ``host_ip``: count only CE
+    packets sent to it (what arrived at the host) in ``ce_in`` (pure)."""
     ip = packets[(packets["ethertype"] == 0x0800) & packets["hdr_ok"]]
     ecn = ip["ecn"].to_numpy()
     tcp = ip[ip["proto"] == 6]
     flags = tcp["flags"].to_numpy()
+    echo = (flags & pcap.SYN) == 0  # a SYN's ECE + CWR (a SYN-ACK's ECE) negotiate ECN
     out = {"ce": int((ecn == pcap.ECN_CE).sum()), "ect": int(((ecn == 1) | (ecn == 2)).sum()),
-           "not_ect": int((ecn == 0).sum()), "ece": int(((flags & pcap.ECE) != 0).sum()),
-           "cwr": int(((flags & pcap.CWR) != 0).sum())}
+           "not_ect": int((ecn == 0).sum()),
+           "ece": int((echo & ((flags & pcap.ECE) != 0)).sum()),
+           "cwr": int((echo & ((flags & pcap.CWR) != 0)).sum())}
     if host_ip is not None:
         out["ce_in"] = int(((ecn == pcap.ECN_CE) & (ip["dst"].to_numpy() == host_ip)).sum())
     return out
@@ -120,11 +122,12 @@ def compute(a) -> dict | None:
     if counters is None:
         return None
     totals = port_totals(counters)
-    flows = ecnflows.run_flows(a.run_dir, a.fabric)
+    flows, ce_times = ecnflows.run_flows(a.run_dir, a.fabric)
     lost = {h.intf: capture_lost(a.manifest, h.intf) for h in a.fabric.hosts} \
         if a.fabric else {}
     return {"per_second": marks_per_second(counters, a.t0), "totals": totals,
             "check": cross_check(totals, a.fabric, a.run_dir, a.manifest), "flows": flows,
+            "ce_times": ce_times, "counters": counters,
             "reconcile": ecnreconcile.reconcile_ecn(totals, flows, a.tables.get("counters"),
                                                     a.fabric, a.manifest, lost)}
 
@@ -150,6 +153,13 @@ def render(a, _figs) -> list:
     if len(check):
         h2, m2 = rd.table(a, check, "ecn_check")
         html, md = html + h2, md + m2
+    flows = t["flows"]
+    if len(flows):
+        h5, m5 = rd.table(a, flows, "ecn_flows", keys=2)
+        html += ("<h3>Per flow (the receiver's capture)</h3><p>CE: data packets that "
+                 "arrived marked; CWR: the sender's window reductions; ECE: the receiver's "
+                 "ACKs echoing the marks (SYNs left out).</p>" + h5)
+        md += "\nPer flow (the receiver's capture):\n\n" + m5
     rec = t["reconcile"]
     h3, m3 = rd.table(a, rec["totals"], "ecn_reconciliation", md_cols=["measure", "source",
                                                                        "value"])

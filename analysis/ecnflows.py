@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import pcap
 
-__all__ = ["COLUMNS", "flow_ecn", "run_flows"]
+__all__ = ["COLUMNS", "ce_arrivals", "flow_ecn", "run_flows"]
 
 COLUMNS = ["sender", "receiver", "src", "sport", "dst", "dport", "capture", "packets",
            "data_packets", "ect", "ce", "cwr", "ece", "acks_back"]
@@ -56,17 +56,37 @@ def flow_ecn(packets: pd.DataFrame, host_ip: int) -> pd.DataFrame:
     return out.astype({c: np.int64 for c in counted})[cols]
 
 
-def run_flows(run_dir, fabric) -> pd.DataFrame:
-    """COLUMNS for every host whose own capture is in the run directory: src/dst as
-    dotted quads, sender/receiver by the fabric's hosts (the address when unknown)."""
-    frames = []
+def ce_arrivals(packets: pd.DataFrame, host_ip: int) -> np.ndarray:
+    """Capture times (epoch s) of the CE-marked IPv4 packets arriving at ``host_ip``,
+    sorted (pure)."""
+    ip = packets[(packets["ethertype"] == 0x0800) & packets["hdr_ok"]]
+    ce = (ip["ecn"].to_numpy() == pcap.ECN_CE) & (ip["dst"].to_numpy() == host_ip)
+    return np.sort(ip["t"].to_numpy(float)[ce])
+
+
+def _facing_port(fabric, host: str) -> str | None:
+    """The switch egress port whose peer is ``host`` (the last queue before it)."""
+    return next((e.iface for e in fabric.egresses() if e.peer == host), None)
+
+
+def run_flows(run_dir, fabric) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """COLUMNS for every host whose own capture is in the run directory (src/dst as
+    dotted quads, sender/receiver by the fabric's hosts, the address when unknown), and
+    the CE packets' arrival times there: columns t, port (the switch port in front of
+    the host), receiver. Each capture is read once."""
+    frames, times = [], []
     pcap_dir = Path(run_dir) / "pcap"
     by_ip = {pcap.ip_to_int(h.ip): h.name for h in fabric.hosts} if fabric else {}
     for host in fabric.hosts if fabric else ():
         path = pcap_dir / f"{host.intf}.pcap"
         if not path.exists():
             continue
-        df = flow_ecn(pcap.read_pcap(path), pcap.ip_to_int(host.ip))
+        packets = pcap.read_pcap(path)
+        ts = ce_arrivals(packets, pcap.ip_to_int(host.ip))
+        times.append(pd.DataFrame({"t": ts, "port": _facing_port(fabric, host.name),
+                                   "receiver": host.name}))
+        df = flow_ecn(packets, pcap.ip_to_int(host.ip))
+        del packets
         if df.empty:
             continue
         df.insert(0, "capture", host.intf)
@@ -75,6 +95,8 @@ def run_flows(run_dir, fabric) -> pd.DataFrame:
         df["src"] = [pcap.ip_to_str(int(s)) for s in df["src"]]
         df["dst"] = [pcap.ip_to_str(int(s)) for s in df["dst"]]
         frames.append(df)
+    ce = pd.concat(times, ignore_index=True) if times else \
+        pd.DataFrame(columns=["t", "port", "receiver"])
     if not frames:
-        return pd.DataFrame(columns=COLUMNS)
-    return pd.concat(frames, ignore_index=True)[COLUMNS]
+        return pd.DataFrame(columns=COLUMNS), ce
+    return pd.concat(frames, ignore_index=True)[COLUMNS], ce

@@ -58,6 +58,20 @@ def _ecn_rows(t0: float, totals: dict[str, tuple[int, int]]) -> list[dict]:
     return rows
 
 
+def _queue_rows(t0: float) -> list[dict]:
+    """queues.csv: lf2-eth1 (h3's port) and sp1-eth2 every 5 ms over 0-60 ms, a standing
+    queue of 20-25 packets at lf2-eth1 from 10 ms."""
+    rows = []
+    for k in range(13):
+        for iface, backlog in (("lf2-eth1", 20 + k % 6 if k >= 2 else 0), ("sp1-eth2", 2)):
+            sw, _, port = iface.partition("-eth")
+            rows.append({"t": t0 + 0.005 * k, "switch": sw, "port": int(port), "iface": iface,
+                         "backlog_bytes": backlog * 1066, "backlog_pkts": backlog, "drops": 0,
+                         "overlimits": 0, "sent_bytes": 3_000 * k, "sent_pkts": 3 * k,
+                         "requeues": 0})
+    return rows
+
+
 def make_ecn_run(run_dir, *, t0: float = 1_700_000_000.0, kernel_in_ce: int | None = None,
                  delivered: dict[str, int] | None = None, drop_capture: int = 0,
                  capture_lost: int = 0, congestion: str = "dctcp") -> dict:
@@ -85,7 +99,7 @@ def make_ecn_run(run_dir, *, t0: float = 1_700_000_000.0, kernel_in_ce: int | No
                            "TcpExtTCPDeliveredCE": delivered.get(h, 0)})
                 for h in ("h1", "h2", "h3", "h4")}
     run_dir = make_run_dir(run_dir, pcaps={"h3-eth0": pkts}, counters=counters,
-                           fabric=fabric, t0=t0)
+                           fabric=fabric, queues=_queue_rows(t0), t0=t0)
     pd.DataFrame(_ecn_rows(t0, ports)).to_csv(Path(run_dir) / rf.ECN_COUNTERS.name,
                                               index=False)
     mpath = Path(run_dir) / rf.MANIFEST
@@ -96,5 +110,7 @@ def make_ecn_run(run_dir, *, t0: float = 1_700_000_000.0, kernel_in_ce: int | No
                     capture_drops={"h3-eth0": {"dropped_by_kernel": capture_lost,
                                                "dropped_by_interface": 0}})
     mpath.write_text(json.dumps(manifest, indent=2))
-    return {"marks": 14, "kernel_in_ce": in_ce, "captured_ce": 14 - drop_capture,
-            "delivered": delivered, "ece": {"h1": 10, "h2": 4}, "cwr": {"h1": 1, "h2": 1}}
+    ce_times = sorted(t0 + t for t, p in pkts if p[IP].dst == RECEIVER_IP and p[IP].tos == 3)
+    return {"marks": 14, "ce_times": ce_times, "kernel_in_ce": in_ce,
+            "captured_ce": 14 - drop_capture, "delivered": delivered,
+            "ece": {"h1": 10, "h2": 4}, "cwr": {"h1": 1, "h2": 1}}

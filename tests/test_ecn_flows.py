@@ -1,0 +1,102 @@
+"""CE, ECE and CWR per flow (analysis/ecnflows.py, tables/ecn_flows.csv), the CE-marked
+packets on the queue figure and the marks in trace.json, on the synthetic ECN run of
+analysis/synthetic_ecn.py (h1: 10 CE of 20 packets, h2: 4 of 20; each flow's SYN carries
+ECE + CWR and its SYN-ACK ECE, which are negotiation, not echoes)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import interactive, render
+from analysis.ecnflows import COLUMNS
+from analysis.synthetic_ecn import make_ecn_run
+from incastlab.commands.common import analyse, build_report
+from tests.tracecheck import problems
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    run = tmp_path_factory.mktemp("ecn-flows") / "run"
+    truth = make_ecn_run(run)
+    return run, truth, build_report(run, plots=False)
+
+
+def test_the_flow_table_counts_ce_ece_cwr_per_flow(built):
+    _, truth, paths = built
+    df = pd.read_csv(paths["report"].parent / "tables" / "ecn_flows.csv")
+    assert list(df.columns) == COLUMNS
+    got = {r.sender: (r.receiver, r.data_packets, r.ce, r.ect, r.ece, r.cwr, r.acks_back)
+           for r in df.itertuples()}
+    assert got == {"h1": ("h3", 20, 10, 10, 10, 1, 20), "h2": ("h3", 20, 4, 16, 4, 1, 20)}
+    assert {r.sender: r.ece for r in df.itertuples()} == truth["ece"]
+    assert {r.sender: r.cwr for r in df.itertuples()} == truth["cwr"]
+
+
+def test_the_port_cross_check_leaves_the_syns_out_too(built):
+    run, _, _ = built
+    check = analyse(run).tables["ecn"]["check"].set_index("iface")
+    assert check.loc["lf2-eth1", "ece_captured"] == 14
+    assert check.loc["lf2-eth1", "cwr_captured"] == 2
+
+
+def test_ce_times_go_to_the_port_in_front_of_the_receiver(built):
+    run, truth, _ = built
+    a = analyse(run)
+    marks = render.ce_marks(a)
+    assert set(marks) == {"lf2-eth1"}
+    assert np.allclose(marks["lf2-eth1"], truth["ce_times"], atol=1e-6)
+
+
+def test_the_queue_figure_draws_the_marks(built):
+    run, _, _ = built
+    a = analyse(run)
+    html = interactive.queues(a.tables["queues_d"], ["lf2-eth1", "sp1-eth2"], a.t0,
+                              marks=render.ce_marks(a))
+    assert "lf2-eth1: CE marked (14 packets)" in html
+    assert "sp1-eth2: CE marked" not in html
+
+
+def test_thinned_marks_keep_their_count(built):
+    run, _, _ = built
+    a = analyse(run)
+    many = {"lf2-eth1": a.t0 + np.linspace(0, 0.05, interactive.MAX_MARKS + 500)}
+    html = interactive.queues(a.tables["queues_d"], ["lf2-eth1"], a.t0, marks=many)
+    assert f"CE marked ({interactive.MAX_MARKS + 500} packets)" in html
+
+
+def test_trace_has_a_ce_counter_per_marking_port(built):
+    _, _, paths = built
+    trace = json.loads((paths["report"].parent / "trace.json").read_text())
+    assert problems(trace) == []
+    ce = [e for e in trace["traceEvents"] if e["ph"] == "C" and e["name"].endswith("CE marks")]
+    per_port = {}
+    for e in ce:
+        per_port[e["name"]] = per_port.get(e["name"], 0) + e["args"]["marks"]
+    # ecn.csv: half of each port's marks at 0.2 s, the rest at 0.6 s
+    assert per_port == {"lf2-eth1 CE marks": 10, "sp1-eth2 CE marks": 4}
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    assert {names[e["pid"]] for e in ce} == {"switch lf2", "switch sp1"}
+
+
+def _orange_pixels(path) -> int:
+    import matplotlib.image as mpimg
+
+    r, g, b = np.moveaxis(mpimg.imread(path)[..., :3], -1, 0)
+    # tab:orange (1.0, 0.50, 0.05), also blended with the white behind it
+    return int(((r > 0.9) & (g > 0.45) & (g < 0.8) & (b < 0.6) & (r - b > 0.4)).sum())
+
+
+def test_the_png_queue_figure_draws_the_marks(built, tmp_path):
+    from analysis import plots
+
+    run, _, _ = built
+    a = analyse(run)
+    plain = plots.queue_occupancy(a.tables["queues_d"], ["lf2-eth1"], a.t0,
+                                  tmp_path / "plain.png")
+    marked = plots.queue_occupancy(a.tables["queues_d"], ["lf2-eth1"], a.t0,
+                                   tmp_path / "marked.png", marks=render.ce_marks(a))
+    assert _orange_pixels(plain) == 0 and _orange_pixels(marked) > 50
