@@ -155,10 +155,15 @@ def render(a, _figs) -> list:
         html, md = html + h2, md + m2
     flows = t["flows"]
     if len(flows):
-        h5, m5 = rd.table(a, flows, "ecn_flows", keys=2)
-        html += ("<h3>Per flow (the receiver's capture)</h3><p>CE: data packets that "
-                 "arrived marked; CWR: the sender's window reductions; ECE: the receiver's "
-                 "ACKs echoing the marks (SYNs left out).</p>" + h5)
+        data = flows[flows["data_packets"] > 0]
+        h5, m5 = rd.table(a, data.drop(columns=["src", "dst", "capture"]), "ecn_flows",
+                          keys=2, full=flows)
+        html += ("<h3>Per flow (the receiver's capture)</h3><p>Connections that carried "
+                 "data to a captured host. CE: data packets that arrived marked; CWR: the "
+                 "sender's window reductions; ECE: the receiver's ACKs echoing the marks "
+                 "(SYNs left out); ece_delivered: the packets those ACKs newly "
+                 "acknowledged (what the sender's TCPDeliveredCE counts); mixed_acks: ECE "
+                 "that did not match what an ACK covered.</p>" + h5)
         md += "\nPer flow (the receiver's capture):\n\n" + m5
     rec = t["reconcile"]
     h3, m3 = rd.table(a, rec["totals"], "ecn_reconciliation", md_cols=["measure", "source",

@@ -20,17 +20,60 @@ from . import pcap
 __all__ = ["COLUMNS", "ce_arrivals", "flow_ecn", "run_flows"]
 
 COLUMNS = ["sender", "receiver", "src", "sport", "dst", "dport", "capture", "packets",
-           "data_packets", "ect", "ce", "cwr", "ece", "acks_back"]
+           "data_packets", "ect", "ce", "cwr", "ece", "acks_back", "ece_delivered",
+           "mixed_acks"]
+_KEY = ["src", "sport", "dst", "dport"]
+
+
+def ece_delivered(seq, length, ce, ack, ece) -> tuple[int, int]:
+    """What a sender's TCPDeliveredCE counts, from one connection direction as its
+    receiver captured it: the data segments (``seq``, ``length``, ``ce`` per data packet,
+    in capture order) newly acknowledged by each ACK (``ack``, ``ece`` per ACK back, in
+    capture order) that carries ECE, and the ACKs whose ECE does not match what they
+    delivered (an ECE ACK that also delivered a packet not CE, or one without ECE that
+    delivered a CE one). Cumulative ACKs only: a segment a SACK delivered first is
+    counted here at the cumulative ACK that covers it. Pure."""
+    seq, length = np.asarray(seq, dtype=np.int64), np.asarray(length, dtype=np.int64)
+    ack, ece = np.asarray(ack, dtype=np.int64), np.asarray(ece, dtype=bool)
+    if not len(seq) or not len(ack):
+        return 0, 0
+    base = int(seq[0])
+    rel = (seq + length - base) & 0xFFFFFFFF
+    ends, first = np.unique(rel, return_index=True)
+    ce_cum = np.concatenate([[0], np.cumsum(np.asarray(ce, dtype=bool)[first])])
+    a = (ack - base) & 0xFFFFFFFF
+    a = np.where(a >= 1 << 31, 0, a)  # before the first data byte
+    idx = np.searchsorted(ends, np.maximum.accumulate(a), side="right")
+    prev = np.concatenate([[0], idx[:-1]])
+    new, new_ce = idx - prev, ce_cum[idx] - ce_cum[prev]
+    mixed = (new > 0) & ((ece & (new_ce < new)) | (~ece & (new_ce > 0)))
+    return int(new[ece].sum()), int(mixed.sum())
+
+
+def _delivered(ip: pd.DataFrame, inbound, outbound, not_syn) -> pd.DataFrame:
+    """ece_delivered per connection direction arriving at the host (keyed as flow_ecn)."""
+    cols = ["src", "sport", "dst", "dport", "seq", "payload_len", "ecn", "ack", "flags"]
+    data = ip.loc[inbound & (ip["payload_len"].to_numpy() > 0), cols]
+    back = ip.loc[outbound & not_syn, cols]
+    acks = {k: g for k, g in back.groupby(["dst", "dport", "src", "sport"], sort=False)}
+    rows = []
+    for k, g in data.groupby(_KEY, sort=False):
+        b = acks.get(k)
+        got = (0, 0) if b is None else ece_delivered(
+            g["seq"], g["payload_len"], g["ecn"].to_numpy() == pcap.ECN_CE, b["ack"],
+            (b["flags"].to_numpy().astype(np.int64) & pcap.ECE) != 0)
+        rows.append((*k, *got))
+    return pd.DataFrame(rows, columns=[*_KEY, "ece_delivered", "mixed_acks"]).set_index(_KEY)
 
 
 def flow_ecn(packets: pd.DataFrame, host_ip: int) -> pd.DataFrame:
     """One row per TCP connection direction arriving at ``host_ip`` (src, sport, dst,
     dport as captured): packets and data packets in, ECT and CE among them, CWR on the
     sender's non-SYN segments, and ECE on the non-SYN segments the host sent back on the
-    same connection (``acks_back`` of them in all). Pure; columns COLUMNS[2:] less
-    capture."""
+    same connection (``acks_back`` of them in all), and what those ACKs delivered
+    (`ece_delivered`). Pure; columns COLUMNS[2:] less capture."""
     cols = ["src", "sport", "dst", "dport", "packets", "data_packets", "ect", "ce", "cwr",
-            "ece", "acks_back"]
+            "ece", "acks_back", "ece_delivered", "mixed_acks"]
     ip = packets[(packets["ethertype"] == 0x0800) & packets["hdr_ok"] & (packets["proto"] == 6)]
     if ip.empty:
         return pd.DataFrame(columns=cols)
@@ -39,7 +82,7 @@ def flow_ecn(packets: pd.DataFrame, host_ip: int) -> pd.DataFrame:
     ecn = ip["ecn"].to_numpy()
     inbound = ip["dst"].to_numpy() == host_ip
     outbound = ip["src"].to_numpy() == host_ip
-    key = ["src", "sport", "dst", "dport"]
+    key = _KEY
     fwd = pd.DataFrame({"src": ip["src"].to_numpy(), "sport": ip["sport"].to_numpy(),
                         "dst": ip["dst"].to_numpy(), "dport": ip["dport"].to_numpy(),
                         "packets": 1, "data_packets": (ip["payload_len"].to_numpy() > 0),
@@ -51,8 +94,10 @@ def flow_ecn(packets: pd.DataFrame, host_ip: int) -> pd.DataFrame:
                          "acks_back": not_syn})[outbound]
     f = fwd.groupby(key, sort=True).sum(numeric_only=False)
     b = back.groupby(key, sort=True).sum(numeric_only=False)
-    out = f.join(b, how="left").fillna(0).reset_index()
-    counted = ["packets", "data_packets", "ect", "ce", "cwr", "ece", "acks_back"]
+    d = _delivered(ip, inbound, outbound, not_syn)
+    out = f.join(b, how="left").join(d, how="left").fillna(0).reset_index()
+    counted = ["packets", "data_packets", "ect", "ce", "cwr", "ece", "acks_back",
+               "ece_delivered", "mixed_acks"]
     return out.astype({c: np.int64 for c in counted})[cols]
 
 

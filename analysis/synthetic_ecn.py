@@ -23,10 +23,12 @@ RECEIVER, RECEIVER_IP, PORT = "h3", "10.0.2.1", 29500
 MSS = 1000
 
 
-def _flow(t0: float, src: str, sport: int, ce: set[int], n: int, start: float) -> list:
+def _flow(t0: float, src: str, sport: int, ce: set[int], n: int, start: float,
+          unacked: frozenset = frozenset()) -> list:
     """The receiver's view of one flow: SYN / SYN-ACK (ECN negotiated: ECE + CWR, ECE),
-    n data packets ECT(0) (CE where in ``ce``), each ACKed, ECE on the ACK of a CE one
-    (an exact echo), CWR on the data packet after the first CE."""
+    n data packets ECT(0) (CE where in ``ce``), each ACKed but those in ``unacked`` (the
+    next ACK covers them too), ECE on the ACK of a CE one (an exact echo), CWR on the
+    data packet after the first CE."""
     out = [(start, IP(src=src, dst=RECEIVER_IP, tos=0, id=1) / TCP(
         sport=sport, dport=PORT, flags="SEC", seq=100)),
         (start + 1e-4, IP(src=RECEIVER_IP, dst=src, id=2) / TCP(
@@ -38,6 +40,8 @@ def _flow(t0: float, src: str, sport: int, ce: set[int], n: int, start: float) -
         out.append((t, IP(src=src, dst=RECEIVER_IP, tos=3 if i in ce else 2, id=10 + i)
                     / TCP(sport=sport, dport=PORT, flags=flags, seq=101 + i * MSS, ack=501)
                     / (b"x" * MSS)))
+        if i in unacked:
+            continue
         out.append((t + 1e-4, IP(src=RECEIVER_IP, dst=src, tos=2, id=100 + i) / TCP(
             sport=PORT, dport=sport, flags="AE" if i in ce else "A", seq=501,
             ack=101 + (i + 1) * MSS)))
@@ -74,17 +78,20 @@ def _queue_rows(t0: float) -> list[dict]:
 
 def make_ecn_run(run_dir, *, t0: float = 1_700_000_000.0, kernel_in_ce: int | None = None,
                  delivered: dict[str, int] | None = None, drop_capture: int = 0,
-                 capture_lost: int = 0, congestion: str = "dctcp") -> dict:
+                 capture_lost: int = 0, congestion: str = "dctcp",
+                 mixed_ack: bool = False) -> dict:
     """Write the run; return its truth. h1's flow: 20 packets, 4 marked upstream at
     sp1-eth2, 6 at lf2-eth1; h2's: 20 packets, 4 marked at lf2-eth1. So the ports marked
     14, lf2-eth1 forwarded 14 CE (10 + 4 arrived), h3's kernel took in 14 (or
     ``kernel_in_ce``), the senders' DeliveredCE are 10 and 4 (or ``delivered``). The
     capture leaves out its last ``drop_capture`` CE packets and says it lost
-    ``capture_lost``."""
+    ``capture_lost``. ``mixed_ack``: h2's packet 4 (not CE) is ACKed only with packet 5
+    (CE), by an ACK with ECE, so that ACK delivers 2 packets, 1 of them CE."""
     ce = {"h1": set(range(2, 12)), "h2": {5, 6, 7, 8}}
     pkts = []
     for k, (host, (ip, sport)) in enumerate(SENDERS.items()):
-        pkts += _flow(t0, ip, sport, ce[host], 20, 0.01 + k * 0.0005)
+        pkts += _flow(t0, ip, sport, ce[host], 20, 0.01 + k * 0.0005,
+                      frozenset({4}) if mixed_ack and host == "h2" else frozenset())
     pkts.sort(key=lambda p: p[0])
     cut = [i for i, (_, p) in enumerate(pkts) if p[IP].dst == RECEIVER_IP and p[IP].tos == 3]
     gone = set(cut[len(cut) - drop_capture:]) if drop_capture else set()

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis import interactive, render
-from analysis.ecnflows import COLUMNS
+from analysis.ecnflows import COLUMNS, ece_delivered
 from analysis.synthetic_ecn import make_ecn_run
 from incastlab.commands.common import analyse, build_report
 from tests.tracecheck import problems
@@ -28,9 +28,10 @@ def test_the_flow_table_counts_ce_ece_cwr_per_flow(built):
     _, truth, paths = built
     df = pd.read_csv(paths["report"].parent / "tables" / "ecn_flows.csv")
     assert list(df.columns) == COLUMNS
-    got = {r.sender: (r.receiver, r.data_packets, r.ce, r.ect, r.ece, r.cwr, r.acks_back)
-           for r in df.itertuples()}
-    assert got == {"h1": ("h3", 20, 10, 10, 10, 1, 20), "h2": ("h3", 20, 4, 16, 4, 1, 20)}
+    got = {r.sender: (r.receiver, r.data_packets, r.ce, r.ect, r.ece, r.cwr, r.acks_back,
+                      r.ece_delivered, r.mixed_acks) for r in df.itertuples()}
+    assert got == {"h1": ("h3", 20, 10, 10, 10, 1, 20, 10, 0),
+                   "h2": ("h3", 20, 4, 16, 4, 1, 20, 4, 0)}
     assert {r.sender: r.ece for r in df.itertuples()} == truth["ece"]
     assert {r.sender: r.cwr for r in df.itertuples()} == truth["cwr"]
 
@@ -100,3 +101,24 @@ def test_the_png_queue_figure_draws_the_marks(built, tmp_path):
     marked = plots.queue_occupancy(a.tables["queues_d"], ["lf2-eth1"], a.t0,
                                    tmp_path / "marked.png", marks=render.ce_marks(a))
     assert _orange_pixels(plain) == 0 and _orange_pixels(marked) > 50
+
+
+def test_ece_delivered_counts_segments_by_the_ack_that_first_covers_them():
+    # 4 segments of 100 bytes from seq 1000; CE on the 2nd and 3rd
+    seq, length, ce = [1000, 1100, 1200, 1300], [100] * 4, [False, True, True, False]
+    # ACK 1100 (no ECE), ACK 1300 with ECE (2 CE), a duplicate ACK 1300, ACK 1400 no ECE
+    assert ece_delivered(seq, length, ce, [1000, 1100, 1300, 1300, 1400],
+                         [False, False, True, True, False]) == (2, 0)
+    # ACK 1200 skipped: ACK 1300 with ECE delivers the 2nd and 3rd; 1400 with ECE: mixed
+    assert ece_delivered(seq, length, ce, [1100, 1300, 1400], [False, True, True]) == (3, 1)
+    # a retransmission of the 2nd (not CE this time) changes nothing: first arrival counts
+    assert ece_delivered(seq + [1100], length + [100], ce + [False], [1100, 1300, 1400],
+                         [False, True, False]) == (2, 0)
+    # an old ACK captured late (reordered) delivers nothing and takes nothing back
+    assert ece_delivered(seq, length, ce, [1100, 1300, 1200, 1400],
+                         [False, True, False, False]) == (2, 0)
+    # sequence numbers that wrap past 2^32
+    base = (1 << 32) - 150
+    assert ece_delivered([base, (base + 100) & 0xFFFFFFFF], [100, 100], [True, True],
+                         [(base + 100) & 0xFFFFFFFF, (base + 200) & 0xFFFFFFFF],
+                         [True, True]) == (2, 0)

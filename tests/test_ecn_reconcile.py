@@ -23,7 +23,9 @@ def test_agreeing_sources_agree_in_the_table_and_metrics(tmp_path):
     assert numbers["kernel_in_ce"] == numbers["captured_ce"] == 14
     assert numbers["kernel_delivered_ce"] == numbers["captured_ce_sent"] == 14
     assert numbers["agrees"] == {"port_vs_kernel": True, "capture_vs_kernel": True,
-                                 "delivered_vs_capture": True, "marks_vs_kernel": True}
+                                 "delivered_vs_capture": True, "delivered_vs_ce": True,
+                                 "marks_vs_kernel": True}
+    assert numbers["captured_ece_delivered"] == 14 and numbers["mixed_acks"] == 0
     hosts = rec["hosts"].set_index("host")
     assert hosts.loc["h3", "port"] == "lf2-eth1" and hosts.loc["h3", "port_ce_out"] == 14
     assert hosts.loc["h1", "kernel_delivered_ce"] == hosts.loc["h1", "captured_ce_sent"] == 10
@@ -60,19 +62,38 @@ def test_captured_ce_short_by_what_tcpdump_lost_still_agrees(tmp_path, lost, agr
     assert numbers["agrees"]["marks_vs_kernel"] is True  # the kernel is not the capture
 
 
-def test_delivered_ce_is_exact_with_dctcp_and_a_lower_bound_without(tmp_path):
+def test_delivered_ce_is_what_the_ece_acks_delivered(tmp_path):
+    """The kernel counts packets delivered by ACKs with ECE: an ACK that covers a packet
+    not CE and a CE one counts both (measured once: 1,088 delivered CE for 1,087 CE)."""
+    make_ecn_run(tmp_path / "mixed", mixed_ack=True, delivered={"h1": 10, "h2": 5})
+    rec, numbers = _rec(tmp_path / "mixed")
+    hosts = rec["hosts"].set_index("host")
+    assert hosts.loc["h2", "captured_ece_delivered"] == 5
+    assert hosts.loc["h2", "captured_ce_sent"] == 4
+    assert numbers["mixed_acks"] == 1
+    assert numbers["agrees"]["delivered_vs_capture"] is True
+    assert numbers["agrees"]["delivered_vs_ce"] is True  # DCTCP: off by the mixed ACK only
+    assert any("1 ACK(s) covered packets of both states" in n for n in rec["notes"])
+    make_ecn_run(tmp_path / "off", delivered={"h1": 10, "h2": 5})  # no mixed ACK
+    _, numbers = _rec(tmp_path / "off")
+    assert numbers["agrees"]["delivered_vs_capture"] is False
+    assert numbers["agrees"]["delivered_vs_ce"] is False
+
+
+def test_delivered_ce_is_only_a_lower_bound_on_ce_without_dctcp(tmp_path):
     more = {"h1": 12, "h2": 4}  # two more than the CE packets h1 sent
     make_ecn_run(tmp_path / "dctcp", delivered=more)
     rec, numbers = _rec(tmp_path / "dctcp")
-    assert numbers["exact_echo"] is True and numbers["agrees"]["delivered_vs_capture"] is False
+    assert numbers["exact_echo"] is True and numbers["agrees"]["delivered_vs_ce"] is False
     assert any("DCTCP echoes each CE exactly" in n for n in rec["notes"])
     make_ecn_run(tmp_path / "cubic", delivered=more, congestion="cubic")
     rec, numbers = _rec(tmp_path / "cubic")
-    assert numbers["exact_echo"] is False and numbers["agrees"]["delivered_vs_capture"] is True
+    assert numbers["exact_echo"] is False and numbers["agrees"]["delivered_vs_ce"] is True
+    assert numbers["agrees"]["delivered_vs_capture"] is False  # not what the ACKs delivered
     assert any("classic ECN" in n for n in rec["notes"])
     make_ecn_run(tmp_path / "fewer", delivered={"h1": 9, "h2": 4}, congestion="cubic")
     _, numbers = _rec(tmp_path / "fewer")
-    assert numbers["agrees"]["delivered_vs_capture"] is False
+    assert numbers["agrees"]["delivered_vs_ce"] is False
 
 
 def test_without_kernel_counters_agreement_is_unknown(tmp_path):
