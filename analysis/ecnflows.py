@@ -27,12 +27,13 @@ _KEY = ["src", "sport", "dst", "dport"]
 
 def ece_delivered(seq, length, ce, ack, ece) -> tuple[int, int]:
     """What a sender's TCPDeliveredCE counts, from one connection direction as its
-    receiver captured it: the data segments (``seq``, ``length``, ``ce`` per data packet,
-    in capture order) newly acknowledged by each ACK (``ack``, ``ece`` per ACK back, in
-    capture order) that carries ECE, and the ACKs whose ECE does not match what they
-    delivered (an ECE ACK that also delivered a packet not CE, or one without ECE that
-    delivered a CE one). Cumulative ACKs only: a segment a SACK delivered first is
-    counted here at the cumulative ACK that covers it. Pure."""
+    receiver captured it: the data segments and the FIN (``seq``, ``length`` in sequence
+    numbers, ``ce`` per packet, in capture order) newly acknowledged by each ACK
+    (``ack``, ``ece`` per ACK back, in capture order) that carries ECE, and the ACKs
+    whose ECE does not match what they delivered (an ECE ACK that also delivered a
+    packet not CE, or one without ECE that delivered a CE one). Cumulative ACKs only: a
+    segment a SACK delivered first is counted here at the cumulative ACK that covers
+    it. Pure."""
     seq, length = np.asarray(seq, dtype=np.int64), np.asarray(length, dtype=np.int64)
     ack, ece = np.asarray(ack, dtype=np.int64), np.asarray(ece, dtype=bool)
     if not len(seq) or not len(ack):
@@ -53,14 +54,19 @@ def ece_delivered(seq, length, ce, ack, ece) -> tuple[int, int]:
 def _delivered(ip: pd.DataFrame, inbound, outbound, not_syn) -> pd.DataFrame:
     """ece_delivered per connection direction arriving at the host (keyed as flow_ecn)."""
     cols = ["src", "sport", "dst", "dport", "seq", "payload_len", "ecn", "ack", "flags"]
-    data = ip.loc[inbound & (ip["payload_len"].to_numpy() > 0), cols]
+    fin = (ip["flags"].to_numpy().astype(np.int64) & pcap.FIN) != 0
+    # a FIN takes a sequence number and is delivered like data (measured: a classic-ECN
+    # run's last ACK, still with ECE, delivered the sender's FIN: DeliveredCE + 1)
+    data = ip.loc[inbound & ((ip["payload_len"].to_numpy() > 0) | fin), cols]
     back = ip.loc[outbound & not_syn, cols]
     acks = {k: g for k, g in back.groupby(["dst", "dport", "src", "sport"], sort=False)}
     rows = []
     for k, g in data.groupby(_KEY, sort=False):
         b = acks.get(k)
+        seg_len = g["payload_len"].to_numpy() + (
+            (g["flags"].to_numpy().astype(np.int64) & pcap.FIN) != 0)
         got = (0, 0) if b is None else ece_delivered(
-            g["seq"], g["payload_len"], g["ecn"].to_numpy() == pcap.ECN_CE, b["ack"],
+            g["seq"], seg_len, g["ecn"].to_numpy() == pcap.ECN_CE, b["ack"],
             (b["flags"].to_numpy().astype(np.int64) & pcap.ECE) != 0)
         rows.append((*k, *got))
     return pd.DataFrame(rows, columns=[*_KEY, "ece_delivered", "mixed_acks"]).set_index(_KEY)

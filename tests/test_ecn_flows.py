@@ -122,3 +122,32 @@ def test_ece_delivered_counts_segments_by_the_ack_that_first_covers_them():
     assert ece_delivered([base, (base + 100) & 0xFFFFFFFF], [100, 100], [True, True],
                          [(base + 100) & 0xFFFFFFFF, (base + 200) & 0xFFFFFFFF],
                          [True, True]) == (2, 0)
+
+
+def test_a_fin_acked_with_ece_is_delivered_ce(tmp_path):
+    """Classic ECN keeps ECE on until CWR, so the ACK of the sender's FIN may carry it:
+    the kernel counts the FIN delivered CE (measured: h2's 1,389 = 1,388 data + its FIN)."""
+    from scapy.layers.inet import IP, TCP
+
+    from analysis.ecnflows import flow_ecn
+    from analysis.pcap import ip_to_int, parse_pcap_bytes
+    from incastlab.analysis.synthetic import write_pcap
+
+    s, r = "10.0.0.1", "10.0.0.2"
+
+    def seg(t, src, dst, flags, seq, ack, tos=2, data=b""):
+        sp, dp = (5001, 40000) if src == s else (40000, 5001)
+        return (t, IP(src=src, dst=dst, tos=tos) / TCP(sport=sp, dport=dp, flags=flags,
+                                                       seq=seq, ack=ack) / data)
+
+    pkts = [seg(0.001, s, r, "PA", 100, 1, data=b"x" * 100),
+            seg(0.002, r, s, "A", 1, 200),
+            seg(0.003, s, r, "PA", 200, 1, tos=3, data=b"x" * 100),
+            seg(0.004, r, s, "AE", 1, 300),
+            seg(0.005, s, r, "FA", 300, 1),
+            seg(0.006, r, s, "AE", 1, 301)]
+    path = tmp_path / "h2-eth0.pcap"
+    write_pcap(path, pkts, 1e9)
+    df = flow_ecn(parse_pcap_bytes(path.read_bytes(), iface="h2-eth0"), ip_to_int(r))
+    row = df[df["sport"] == 5001].iloc[0]
+    assert (row["ce"], row["ece_delivered"], row["mixed_acks"]) == (1, 2, 1)
