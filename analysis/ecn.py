@@ -24,7 +24,7 @@ import pandas as pd
 
 from incastlab.topologies.runformat import ECN_COUNTERS, ECN_MARKS
 
-from . import pcap
+from . import ecnflows, ecnreconcile, pcap
 from .stages import Section, Stage
 
 __all__ = ["STAGE", "captured_ecn", "cross_check", "marks_per_second", "port_totals",
@@ -72,15 +72,17 @@ def port_totals(counters: pd.DataFrame) -> pd.DataFrame:
 
 def captured_ecn(packets: pd.DataFrame, host_ip: int | None = None) -> dict[str, int]:
     """Counts in one capture's parsed packets (analysis.pcap): IPv4 packets by ECN field,
-    and TCP segments with ECE and with CWR. ``host_ip``: count only CE packets sent to it
-    (what arrived at the host) in ``ce_in`` (pure)."""
+    and TCP segments other than SYNs with ECE and with CWR. ``host_ip``: count only CE
+    packets sent to it (what arrived at the host) in ``ce_in`` (pure)."""
     ip = packets[(packets["ethertype"] == 0x0800) & packets["hdr_ok"]]
     ecn = ip["ecn"].to_numpy()
     tcp = ip[ip["proto"] == 6]
     flags = tcp["flags"].to_numpy()
+    echo = (flags & pcap.SYN) == 0  # a SYN's ECE + CWR (a SYN-ACK's ECE) negotiate ECN
     out = {"ce": int((ecn == pcap.ECN_CE).sum()), "ect": int(((ecn == 1) | (ecn == 2)).sum()),
-           "not_ect": int((ecn == 0).sum()), "ece": int(((flags & pcap.ECE) != 0).sum()),
-           "cwr": int(((flags & pcap.CWR) != 0).sum())}
+           "not_ect": int((ecn == 0).sum()),
+           "ece": int((echo & ((flags & pcap.ECE) != 0)).sum()),
+           "cwr": int((echo & ((flags & pcap.CWR) != 0)).sum())}
     if host_ip is not None:
         out["ce_in"] = int(((ecn == pcap.ECN_CE) & (ip["dst"].to_numpy() == host_ip)).sum())
     return out
@@ -120,8 +122,14 @@ def compute(a) -> dict | None:
     if counters is None:
         return None
     totals = port_totals(counters)
+    flows, ce_times = ecnflows.run_flows(a.run_dir, a.fabric)
+    lost = {h.intf: capture_lost(a.manifest, h.intf) for h in a.fabric.hosts} \
+        if a.fabric else {}
     return {"per_second": marks_per_second(counters, a.t0), "totals": totals,
-            "check": cross_check(totals, a.fabric, a.run_dir, a.manifest)}
+            "check": cross_check(totals, a.fabric, a.run_dir, a.manifest), "flows": flows,
+            "ce_times": ce_times, "counters": counters,
+            "reconcile": ecnreconcile.reconcile_ecn(totals, flows, a.tables.get("counters"),
+                                                    a.fabric, a.manifest, lost)}
 
 
 def metrics(t: dict | None) -> dict | None:
@@ -130,7 +138,8 @@ def metrics(t: dict | None) -> dict | None:
     totals, check = t["totals"], t["check"]
     return {"marks": {k: int(v) for k, v in totals["marks"].items()},
             "full": {k: int(v) for k, v in totals["full"].items()},
-            "check": check.to_dict("records") if len(check) else []}
+            "check": check.to_dict("records") if len(check) else [],
+            "reconcile": t["reconcile"]["numbers"]}
 
 
 def render(a, _figs) -> list:
@@ -144,10 +153,32 @@ def render(a, _figs) -> list:
     if len(check):
         h2, m2 = rd.table(a, check, "ecn_check")
         html, md = html + h2, md + m2
+    flows = t["flows"]
+    if len(flows):
+        data = flows[flows["data_packets"] > 0]
+        h5, m5 = rd.table(a, data.drop(columns=["src", "dst", "capture"]), "ecn_flows",
+                          keys=2, full=flows)
+        html += ("<h3>Per flow (the receiver's capture)</h3><p>Connections that carried "
+                 "data to a captured host. CE: data packets that arrived marked; CWR: the "
+                 "sender's window reductions; ECE: the receiver's ACKs echoing the marks "
+                 "(SYNs left out); ece_delivered: the packets those ACKs newly "
+                 "acknowledged (what the sender's TCPDeliveredCE counts); mixed_acks: ECE "
+                 "that did not match what an ACK covered.</p>" + h5)
+        md += "\nPer flow (the receiver's capture):\n\n" + m5
+    rec = t["reconcile"]
+    h3, m3 = rd.table(a, rec["totals"], "ecn_reconciliation", md_cols=["measure", "source",
+                                                                       "value"])
+    h4, m4 = rd.table(a, rec["hosts"], "ecn_reconciliation_hosts")
+    notes = "".join(f"<li>{rd.esc(n)}</li>" for n in rec["notes"])
+    html += ("<h3>Marks, captures and kernel counters</h3>" + h3 + "<h3>Per host</h3>" + h4
+             + f"<ul>{notes}</ul>")
+    md += "\nMarks, captures and kernel counters:\n\n" + m3 + "\nPer host:\n\n" + m4 \
+        + "".join(f"- {n}\n" for n in rec["notes"])
     ecn = a.manifest.get("ecn") or {}
     lead = (f"CE marked above {ecn.get('threshold')} {ecn.get('unit')} at every switch "
             f"egress queue ({ecn.get('marker')}); marks per port per second, then the "
-            "cross-check against the captures (docs/ecn.md).")
+            "cross-check against the captures, then the marks beside the captures' CE packets and "
+            "the hosts' kernel counters (docs/ecn.md).")
     return [Section("ECN marks", f"<p>{lead}</p>{html}", f"{lead}\n\n{md}")]
 
 

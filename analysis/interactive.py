@@ -45,16 +45,33 @@ def layout(fig, title: str, height: int) -> None:
                       legend={"font": {"size": 11}})
 
 
+MAX_MARKS = 4000  # CE ticks drawn per port in the interactive queue figure
+
+
+def _mark_trace(fig, row: int, iface: str, x: np.ndarray) -> None:
+    import plotly.graph_objects as go
+
+    if not len(x):
+        return
+    shown = x[np.linspace(0, len(x) - 1, MAX_MARKS).astype(int)] if len(x) > MAX_MARKS else x
+    fig.add_trace(go.Scatter(x=shown, y=np.zeros(len(shown)), mode="markers",
+                             marker={"symbol": "line-ns-open", "color": "#ff7f0e", "size": 8},
+                             name=f"{iface}: CE marked ({len(x)} packets)", hoverinfo="skip",
+                             legendgroup=f"ce-{iface}"), row=row, col=1)
+
+
 def queues(queues_d: pd.DataFrame, ports: list[str], t0: float, limits: dict | None = None,
-           labels: dict | None = None) -> str | None:
+           labels: dict | None = None, marks: dict | None = None) -> str | None:
     """Backlog (packets) over time of `ports`, one panel each with a shared time axis,
-    the queue limit dashed and drops as red markers (hover: how many)."""
+    the queue limit dashed, drops as red markers (hover: how many) and the CE-marked
+    packets of `marks` {iface: epoch times} as orange ticks at 0 (at most MAX_MARKS a
+    port, evenly thinned; the legend gives the count)."""
     from plotly.subplots import make_subplots
     import plotly.graph_objects as go
 
     if queues_d is None or queues_d.empty or not ports:
         return None
-    limits, labels = limits or {}, labels or {}
+    limits, labels, marks = limits or {}, labels or {}, marks or {}
     fig = make_subplots(rows=len(ports), cols=1, shared_xaxes=True, vertical_spacing=0.04,
                         subplot_titles=[f"{p} — {labels[p]}" if labels.get(p) else p
                                         for p in ports])
@@ -86,6 +103,7 @@ def queues(queues_d: pd.DataFrame, ports: list[str], t0: float, limits: dict | N
                                      "<extra>" + iface + "</extra>",
                                      showlegend=not drops_shown), row=i, col=1)
             drops_shown = True
+        _mark_trace(fig, i, iface, np.asarray(marks.get(iface, ()), dtype=float) - t0)
         fig.update_yaxes(title_text="packets", rangemode="tozero", row=i, col=1)
     fig.update_xaxes(title_text="time since run start (s)", row=len(ports), col=1)
     layout(fig, "Egress queues of the hottest ports (drag to zoom, double-click to reset)",

@@ -42,10 +42,13 @@ def legend_outside(ax, **kw):
 
 
 def queue_occupancy(queues_d: pd.DataFrame, ports: list[str], t0: float, path,
-                    limits: dict | None = None, labels: dict | None = None) -> Path | None:
+                    limits: dict | None = None, labels: dict | None = None,
+                    marks: dict | None = None) -> Path | None:
     """Backlog (packets) over time of the given ports, drops marked with red crosses
-    (marker label gives the count); `labels` {iface: description} for the titles."""
-    labels = labels or {}
+    (marker label gives the count); `labels` {iface: description} for the titles;
+    `marks` {iface: epoch times of the CE-marked packets that crossed it}, drawn as
+    orange ticks along the bottom of its panel."""
+    labels, marks = labels or {}, marks or {}
     if queues_d.empty or not ports:
         return None
     limits = limits or {}
@@ -65,6 +68,11 @@ def queue_occupancy(queues_d: pd.DataFrame, ports: list[str], t0: float, path,
             ax.scatter(d["t"] - t0, np.full(len(d), top * 1.05), marker="x", color="red",
                        s=18 + 4 * np.sqrt(d["d_drops"]),
                        label=f"drops ({int(d['d_drops'].sum())} packets)")
+        ce = np.asarray(marks.get(iface, ()), dtype=float)
+        if len(ce):
+            ax.plot(ce - t0, np.zeros(len(ce)), ls="none", marker="|", ms=9, mew=1.0,
+                    color="tab:orange", alpha=0.8, clip_on=False,
+                    label=f"CE marked ({len(ce)} packets)")
         ax.set_ylim(bottom=0)
         ax.set_ylabel("packets")
         ax.set_title(f"{iface}{' — ' + labels[iface] if labels.get(iface) else ''}",

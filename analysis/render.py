@@ -34,9 +34,10 @@ def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
     labels = {r.iface: f"{r.switch} → {r.peer} ({r.kind})" for r in qsum.itertuples()
               if isinstance(r.peer, str)} if len(qsum) else {}
     r = t["retrans"]
+    marks = ce_marks(a)
     jobs = {
         "queues": lambda p: plotting.queue_occupancy(t["queues_d"], hot, a.t0, p, limits,
-                                                     labels),
+                                                     labels, marks),
         "throughput": lambda p: plotting.flow_throughput(
             fr.relabel(t["throughput"], t.get("flow_labels") or {}), a.t0, p),
         "sequence": lambda p: _sequence(a, p),
@@ -53,7 +54,7 @@ def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
         **network_cost.plots(a),
     }
     out = {}
-    out.update(_interactive(a, hot, limits, labels))
+    out.update(_interactive(a, hot, limits, labels, marks))
     for name, job in jobs.items():
         path = plot_dir / f"{name}.png"
         if path.exists():
@@ -66,13 +67,23 @@ def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
     return out
 
 
-def _interactive(a, hot, limits, labels) -> dict[str, str]:
+def ce_marks(a) -> dict:
+    """{switch port: epoch times of the CE-marked packets captured behind it} from the
+    ECN stage (analysis/ecn.py); empty without ECN marking."""
+    ce = (a.tables.get("ecn") or {}).get("ce_times")
+    if ce is None or not len(ce):
+        return {}
+    return {str(p): g["t"].to_numpy(float) for p, g in ce.groupby("port") if p}
+
+
+def _interactive(a, hot, limits, labels, marks=None) -> dict[str, str]:
     """The interactive versions (interactive.py) of the queue, throughput and timeline
     figures, as HTML fragments under '<name>_html'; a failure leaves the PNG alone."""
     t = a.tables
     r = t["retrans"]
     jobs = {
-        "queues_html": lambda: interactive.queues(t["queues_d"], hot, a.t0, limits, labels),
+        "queues_html": lambda: interactive.queues(t["queues_d"], hot, a.t0, limits, labels,
+                                                  marks),
         "throughput_html": lambda: interactive.throughput(
             fr.relabel(t["throughput"], t.get("flow_labels") or {}), a.t0),
         "timeline_html": lambda: interactive.timeline(

@@ -100,7 +100,8 @@ def _write_trace(a: Analysis, path: Path) -> Path | None:
         trace = tr.build_trace(a.tables["workers_raw"], a.tables["queues_d"],
                                a.tables["retrans"], t0=a.t0,
                                host_ips=a.fabric.ip_by_host() if a.fabric else {},
-                               spans=spans)
+                               spans=spans,
+                               ecn=(a.tables.get("ecn") or {}).get("counters"))
         return tr.write_trace(path, trace)
     except Exception as exc:  # noqa: BLE001
         a.problems.append(f"trace.json could not be written ({type(exc).__name__}: {exc})")

@@ -40,6 +40,10 @@ What is in it (pids are numbered from 1; docs/run-directory.md has the same list
   one event per change), and a thread "<iface> drops" with an instant event "drop" at
   every sample where the port's tc drop counter rose (args: drops = the increase;
   counter resets handled as in `queues.queue_deltas`).
+- with ECN marking (``ecn``: ecn.csv's rows), in the same switch's process a counter
+  track per port that marked, "<iface> CE marks", with the marks set since the previous
+  sample of the ECN sampler (the first sample: since the marker was attached), one
+  event per sample, so a port's events sum to its marks.
 
 Events are sorted by ts (metadata first, a parent before the children that start with
 it). Nothing is read from disk here: the caller passes the tables.
@@ -221,7 +225,8 @@ def _iteration_events(tr: _Trace, pid: int, g: pd.DataFrame) -> None:
 def build_trace(workers: pd.DataFrame, queues: pd.DataFrame | None = None,
                 retrans: pd.DataFrame | None = None, *, t0: float | None = None,
                 host_ips: dict[str, str] | None = None,
-                spans: Sequence[LoggedSpan | LoggedInstant] = ()) -> dict:
+                spans: Sequence[LoggedSpan | LoggedInstant] = (),
+                ecn: pd.DataFrame | None = None) -> dict:
     """The run as Chrome trace-event JSON (a dict; see the module docstring).
 
     workers: all worker events, as `rundir.load_workers` returns them (columns `event`,
@@ -235,6 +240,7 @@ def build_trace(workers: pd.DataFrame, queues: pd.DataFrame | None = None,
       earlier, the earliest time in the inputs, so that no ts is negative.
     host_ips: {host name: dotted IP} (fabric.json), to put an RTO on its sender's track.
     spans: the job's logged events to draw (its `trace_spans`).
+    ecn: ecn.csv rows (t, iface, marks; `switch` optional); None = no CE tracks.
     """
     workers = workers if workers is not None else pd.DataFrame({"event": []})
     if "event" not in workers:
@@ -244,7 +250,8 @@ def build_trace(workers: pd.DataFrame, queues: pd.DataFrame | None = None,
     rto = None
     if retrans is not None and len(retrans):
         rto = retrans[retrans["event"].astype(bool) & (retrans["kind"] == "rto")]
-    times = _times(workers, queues, rto)
+    times = _times(workers, queues, rto) + ([float(ecn["t"].min())]
+                                             if ecn is not None and len(ecn) else [])
     earliest = min(times) if times else (t0 or 0.0)
     tr = _Trace(float(min(t0, earliest) if t0 is not None else earliest))
     pids = _rank_processes(tr, workers)
@@ -252,8 +259,11 @@ def build_trace(workers: pd.DataFrame, queues: pd.DataFrame | None = None,
         _worker_events(tr, workers, pids.of_file, spans)
     if rto is not None and len(rto):
         _rto_events(tr, rto, host_ips or {}, pids)
+    switch_pid: dict[str, int] = {}
     if queues is not None and len(queues):
-        _queue_events(tr, queues, pids)
+        switch_pid = _queue_events(tr, queues, pids)
+    if ecn is not None and len(ecn):
+        _ecn_events(tr, ecn, pids, switch_pid)
     return tr.result()
 
 
@@ -345,13 +355,37 @@ def _rto_events(tr: _Trace, rto: pd.DataFrame, host_ips: dict, pids: _Pids) -> N
                     "seq": getattr(r, "seq", None)})
 
 
-def _queue_events(tr: _Trace, queues: pd.DataFrame, pids: _Pids) -> None:
-    """One process per switch: a backlog counter and a drops thread per port."""
+def _switch_of(df: pd.DataFrame) -> pd.Series:
+    return (df["switch"] if "switch" in df
+            else df["iface"].astype(str).str.split("-eth").str[0]).astype(str)
+
+
+def _ecn_events(tr: _Trace, ecn: pd.DataFrame, pids: _Pids, switch_pid: dict) -> None:
+    """A "<iface> CE marks" counter per port that marked, in its switch's process."""
+    df = ecn.assign(switch=_switch_of(ecn), iface=ecn["iface"].astype(str))
+    for (sw, iface), g in df.groupby(["switch", "iface"], sort=True):
+        g = g.sort_values("t", kind="stable")
+        m = pd.to_numeric(g["marks"], errors="coerce").to_numpy(dtype=float)
+        if not (m > 0).any():
+            continue  # a port that never marked gets no track
+        if sw not in switch_pid:
+            switch_pid[sw] = pids.take()
+            tr.name_process(switch_pid[sw], f"switch {sw}", switch_pid[sw] - 1)
+        inc = np.diff(m, prepend=0.0)  # every sample: the events sum to the port's marks
+        for tt, v in zip(g["t"].to_numpy(dtype=float), inc, strict=True):
+            if math.isfinite(v):
+                tr.counter(switch_pid[sw], f"{iface} CE marks", tt, "marks", max(v, 0.0))
+
+
+def _queue_events(tr: _Trace, queues: pd.DataFrame, pids: _Pids) -> dict[str, int]:
+    """One process per switch: a backlog counter and a drops thread per port; returns
+    {switch: its pid}."""
     q = queue_deltas(queues)
-    if "switch" not in q:
-        q = q.assign(switch=q["iface"].astype(str).str.split("-eth").str[0])
+    q = q.assign(switch=_switch_of(q))
+    out = {}
     for sw, gs in q.groupby(q["switch"].astype(str), sort=True):
         pid = pids.take()
+        out[sw] = pid
         tr.name_process(pid, f"switch {sw}", pid - 1)
         for j, (iface, g) in enumerate(gs.groupby(gs["iface"].astype(str), sort=True)):
             g = g.sort_values("t", kind="stable")
@@ -369,6 +403,7 @@ def _queue_events(tr: _Trace, queues: pd.DataFrame, pids: _Pids) -> None:
             d = g["d_drops"].to_numpy(dtype=float)
             for tt, dd in zip(t[d > 0], d[d > 0], strict=True):
                 tr.instant(pid, tid, "drop", "queue", tt, {"drops": dd, "iface": iface})
+    return out
 
 
 def write_trace(path, trace: dict) -> Path:

@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 
 from incastlab.analysis import fidelity
-from incastlab.capture import counters
+from incastlab.capture import counters, ecn_sampler
 from incastlab.capture.cpu import CpuMonitor
 from incastlab.capture.datapath import DatapathCounters
 from incastlab import events as run_events
@@ -159,6 +159,7 @@ def _run(spec: Spec, run_dir: Path, port: int, manifest: Manifest, progress: Pro
             if fab.ecn is not None:
                 manifest.update(ecn=_ecn_record(fab))
                 samplers.append(_start_ecn_sampler(fab, run_dir))
+                _await_ecn_sampler(samplers[-1], run_dir, spec.run.phase_timeout_s)
             if spec.capture.enabled:
                 _require_disk(run_dir, MIN_FREE_BYTES)
                 progress.phase("captures starting")
@@ -274,13 +275,18 @@ def _ecn_record(fab: Fabric) -> dict:
 
 def _start_ecn_sampler(fab: Fabric, run_dir: Path, interval_ms: float = 200.0):
     """The marker's counters into ecn.csv (incastlab.capture.ecn_sampler), root namespace."""
-    slots = ",".join(f"{s}={iface}" for s, iface in sorted(fab.ecn.slots.items()))
-    argv = [sys.executable, "-m", "incastlab.capture.ecn_sampler", "--stats",
-            str(fab.ecn.stats_map), "--slots", slots, "--interval-ms", f"{interval_ms:g}",
-            "--out", str(run_dir / rf.ECN_COUNTERS.name)]
-    proc = subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL)
+    proc = ecn_sampler.start(fab.ecn.stats_map, fab.ecn.slots, run_dir / rf.ECN_COUNTERS.name,
+                             interval_ms)
     fab.state.add_process(proc.pid, "ecn sampler")
     return proc
+
+
+def _await_ecn_sampler(proc, run_dir: Path, timeout_s: float) -> None:
+    """The workload starts only once the ECN sampler has its first sample in ecn.csv."""
+    try:
+        ecn_sampler.wait_first_sample(proc, run_dir / rf.ECN_COUNTERS.name, timeout_s)
+    except ecn_sampler.SamplerNotReady as exc:
+        raise RunFailed("failed", str(exc)) from None
 
 
 def start_workload(fab: Fabric, launches, log_dir: Path) -> list:

@@ -112,3 +112,18 @@ def test_dctcp_marks_are_the_receivers_ce_and_are_echoed(runs):
     print(f"{PORT}: {row}")
     assert row["marks"] > 0 and row["agrees"], row
     assert row["ece_captured"] > 0 and row["cwr_captured"] > 0, row
+
+
+def test_marks_captures_and_kernel_counters_agree(runs):
+    """Three sources of the DCTCP run's marks (analysis/ecnreconcile.py): the port's
+    marker, the receiver's kernel (IpExtInCEPkts) and capture, and the senders' kernels
+    (TCPDeliveredCE, exact with DCTCP's echo). Not a rate claim: held on every run."""
+    rec = json.loads((runs["dctcp"]["dir"] / "metrics.json").read_text())["ecn"]["reconcile"]
+    hosts = pd.read_csv(runs["dctcp"]["dir"] / "tables" / "ecn_reconciliation_hosts.csv")
+    print(f"reconciliation: {rec}\n{hosts.to_string(index=False)}")
+    assert rec["port_marks"] > 0 and rec["exact_echo"] is True
+    assert rec["agrees"]["marks_vs_kernel"] is True, rec
+    assert rec["agrees"]["port_vs_kernel"] is True, rec
+    assert rec["agrees"]["capture_vs_kernel"] is True, rec
+    assert rec["agrees"]["delivered_vs_capture"] is True, rec
+    assert rec["agrees"]["delivered_vs_ce"] is True, rec

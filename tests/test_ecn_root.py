@@ -141,3 +141,14 @@ def test_sigint_mid_run_leaves_nothing(tmp_path):
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "aborted", manifest.get("reason")
     assert _ours_left() == []
+
+
+def test_marks_captures_and_kernel_counters_agree(runs):
+    """The ECN run's marks from three sources (analysis/ecnreconcile.py): the port, the
+    receiver's kernel (IpExtInCEPkts) and capture, and the senders' TCPDeliveredCE
+    against what the captured ECE ACKs delivered (FINs included); with cubic's classic
+    echo DeliveredCE only bounds the CE packets from above. Held on every run."""
+    rec = json.loads((runs["ecn"][0] / "metrics.json").read_text())["ecn"]["reconcile"]
+    print(f"reconciliation: {rec}")
+    assert rec["port_marks"] > 0 and rec["exact_echo"] is False
+    assert all(rec["agrees"].values()), rec

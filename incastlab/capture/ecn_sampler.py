@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -63,6 +64,43 @@ def sample_until_stopped(stats_map: Path, slots: dict[int, str], interval_s: flo
             next_at += interval_s
             while not stop["now"] and time.monotonic() < next_at:
                 time.sleep(min(0.05, max(next_at - time.monotonic(), 0)))
+
+
+def start(stats_map, slots: dict[int, str], out_path, interval_ms: float) -> subprocess.Popen:
+    """This sampler as its own process (own session, so a stop signals its group);
+    the caller records it, then waits for its first sample (`wait_first_sample`)."""
+    argv = [sys.executable, "-m", "incastlab.capture.ecn_sampler", "--stats", str(stats_map),
+            "--slots", ",".join(f"{s}={iface}" for s, iface in sorted(slots.items())),
+            "--interval-ms", f"{interval_ms:g}", "--out", str(out_path)]
+    return subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL)
+
+
+class SamplerNotReady(RuntimeError):
+    """The sampler wrote no sample (the message says why)."""
+
+
+def wait_first_sample(proc: subprocess.Popen, out_path, timeout_s: float) -> None:
+    """Return once ``out_path`` holds a row beyond its header (the sampler has read the
+    marker's map once and flushed it), so a run that ends at once still has its counters
+    from before its workload; SamplerNotReady if the sampler exits or ``timeout_s``
+    passes first. Python's start on a loaded machine took long enough that a 2 s run
+    once ended before the sampler wrote anything."""
+    path = Path(out_path)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with open(path, "rb") as f:
+                if len(f.read(1 << 16).splitlines()) >= 2:
+                    return
+        except FileNotFoundError:
+            pass
+        if proc.poll() is not None:
+            raise SamplerNotReady(f"the ECN sampler exited (status {proc.returncode}) "
+                                  f"before its first sample in {path.name}")
+        if time.monotonic() > deadline:
+            raise SamplerNotReady(f"the ECN sampler wrote no sample in {path.name} within "
+                                  f"{timeout_s:g} s")
+        time.sleep(0.02)
 
 
 def main(argv=None) -> int:
