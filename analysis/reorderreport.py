@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .pcap import ip_to_int
 from .reorder import FLOW_COLUMNS, flow_reordering, reorder_table
 from .rundir import host_by_ip
 from .stages import Section, Stage
 
 __all__ = ["STAGE", "ReorderPass", "compute", "metrics", "render"]
 TITLE = "Reordering"
+FLOW_SHOWN = ["flow", "data_packets", "reordered", "max_displacement", "max_late_s",
+              "below_highest", "duplicates"]
+HOST_SHOWN = {"host": "host", "received_reordered": "reordered in",
+              "received_duplicates": "duplicates in", "dsack_sent": "dsack_sent",
+              "TcpExtTCPDSACKRecv": "DSACKRecv", "TcpExtTCPSACKReorder": "SACKReorder"}
 
 
 class ReorderPass:
@@ -34,6 +40,17 @@ class ReorderPass:
             pd.DataFrame(columns=FLOW_COLUMNS)
 
 
+def in_flow_order(per_flow: pd.DataFrame) -> pd.DataFrame:
+    """Rows in the flows' order of the all-in-memory analysis (tcp.data_flows: by src,
+    dst, sport, dport as numbers), whichever groups of connections they came from."""
+    def key(name: str):
+        (src, sport), (dst, dport) = (side.rsplit(":", 1) for side in name.split(">"))
+        return ip_to_int(src), ip_to_int(dst), int(sport), int(dport)
+
+    order = sorted(range(len(per_flow)), key=lambda i: key(per_flow["flow"].iloc[i]))
+    return per_flow.iloc[order].reset_index(drop=True)
+
+
 def compute(a) -> dict | None:
     """{"flows": per flow, "hosts": per host with its counters}; None without data
     flows seen at a receiver."""
@@ -48,6 +65,7 @@ def compute(a) -> dict | None:
             if tcp is not None and len(tcp) else pd.DataFrame(columns=FLOW_COLUMNS)
     if per_flow.empty:
         return None
+    per_flow = in_flow_order(per_flow)
     counters = a.tables.get("counters")
     counters = counters if counters is not None else pd.DataFrame(
         columns=["host", "counter", "delta"])
@@ -77,8 +95,11 @@ def render(a, _figs) -> list:
     m = metrics(t)
     flows = t["flows"].sort_values(["reordered", "duplicates"], ascending=False,
                                    kind="stable")
-    h1, m1 = rd.table(a, flows, "reorder_flows")
-    h2, m2 = rd.table(a, t["hosts"], "reorder_hosts")
+    # the page keeps to what fits its width; the CSVs have every column
+    h1, m1 = rd.table(a, flows[FLOW_SHOWN], "reorder_flows", full=flows)
+    hosts = t["hosts"]
+    shown = hosts[list(HOST_SHOWN)].rename(columns=HOST_SHOWN)
+    h2, m2 = rd.table(a, shown, "reorder_hosts", full=hosts)
     frac = m["reordered_fraction"]
     lead = (f"At the receivers' captures {m['reordered']} of {m['data_packets']} data "
             f"packets ({frac:.2%}) arrived after a packet their sender sent later "
