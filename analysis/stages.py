@@ -62,10 +62,11 @@ _REGISTERED: list[Stage] = []
 
 def declared() -> list[Stage]:
     """Every stage of the report, in list order (see the module docstring)."""
-    from . import ecn, failoverreport, fidelityreport, latencyreport, multijob, sections
+    from . import (ecn, failoverreport, fidelityreport, latencyreport, multijob, queuecdf,
+                   sections)
 
     return [*sections.STAGES, fidelityreport.STAGE, failoverreport.STAGE, latencyreport.STAGE,
-            multijob.STAGE, ecn.STAGE, *_REGISTERED]
+            multijob.STAGE, queuecdf.STAGE, ecn.STAGE, *_REGISTERED]
 
 
 def register(stage: Stage) -> Stage:
