@@ -18,8 +18,9 @@ from . import network_cost
 from . import plots as plotting
 
 __all__ = ["CSS", "MAX_COLS", "TIME_COLUMNS", "banner", "df_html", "df_md", "esc", "figure",
-           "findings_html", "findings_md", "fmt", "img", "md_img", "none", "piece_html",
-           "plot_all", "rel", "split_columns", "table", "write_table"]
+           "findings_html", "findings_md", "fmt", "hot_ports", "img", "md_img", "none",
+           "piece_html", "plot_all", "port_labels", "port_limits", "rel", "split_columns",
+           "table", "write_table"]
 
 
 def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
@@ -27,12 +28,7 @@ def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
     the interactive ones as '<name>_html' fragments; a failed one is a problem."""
     t = a.tables
     qsum = t["queue_summary"]
-    hot = list(qsum[(qsum["drops"] > 0) | (qsum["max_backlog_pkts"] > 0)]["iface"][:6]) \
-        if len(qsum) else []
-    limits = {r.iface: r.limit_pkts for r in qsum.itertuples() if r.limit_pkts} \
-        if len(qsum) else {}
-    labels = {r.iface: f"{r.switch} → {r.peer} ({r.kind})" for r in qsum.itertuples()
-              if isinstance(r.peer, str)} if len(qsum) else {}
+    hot, limits, labels = hot_ports(qsum), port_limits(qsum), port_labels(qsum)
     r = t["retrans"]
     marks = ce_marks(a)
     jobs = {
@@ -65,6 +61,26 @@ def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
             a.problems.append(f"plot {name} failed: {exc!r}")
             out[name] = None
     return out
+
+
+def hot_ports(qsum: pd.DataFrame, n: int = 6) -> list[str]:
+    """The ports the queue figures show: the first n of queue_summary's order (drops,
+    then max backlog) that dropped or held a backlog."""
+    if qsum is None or not len(qsum):
+        return []
+    return list(qsum[(qsum["drops"] > 0) | (qsum["max_backlog_pkts"] > 0)]["iface"][:n])
+
+
+def port_limits(qsum: pd.DataFrame) -> dict:
+    """{iface: queue limit in packets} of the ports with one."""
+    return {r.iface: r.limit_pkts for r in qsum.itertuples() if r.limit_pkts} \
+        if qsum is not None and len(qsum) else {}
+
+
+def port_labels(qsum: pd.DataFrame) -> dict:
+    """{iface: 'switch → peer (kind)'} for the figures' titles."""
+    return {r.iface: f"{r.switch} → {r.peer} ({r.kind})" for r in qsum.itertuples()
+            if isinstance(r.peer, str)} if qsum is not None and len(qsum) else {}
 
 
 def ce_marks(a) -> dict:

@@ -62,11 +62,11 @@ _REGISTERED: list[Stage] = []
 
 def declared() -> list[Stage]:
     """Every stage of the report, in list order (see the module docstring)."""
-    from . import (ecn, failoverreport, fidelityreport, latencyreport, multijob,
+    from . import (ecn, failoverreport, fidelityreport, latencyreport, multijob, queuecdf,
                    reorderreport, sections)
 
     return [*sections.STAGES, fidelityreport.STAGE, failoverreport.STAGE, latencyreport.STAGE,
-            multijob.STAGE, ecn.STAGE, reorderreport.STAGE, *_REGISTERED]
+            multijob.STAGE, queuecdf.STAGE, ecn.STAGE, reorderreport.STAGE, *_REGISTERED]
 
 
 def register(stage: Stage) -> Stage:

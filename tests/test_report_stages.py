@@ -27,12 +27,13 @@ def test_page_order_places_each_stage_after_its_anchor():
 def test_the_declared_report_in_list_and_page_order():
     declared = stages.declared()
     names = [s.name for s in declared]
-    assert names[:2] == ["plots", "headline"] and names[-5:] == ["events", "latency", "jobs",
-                                                                  "ecn", "reorder"]
+    assert names[:2] == ["plots", "headline"] and names[-6:] == ["events", "latency", "jobs",
+                                                                  "queue_cdf", "ecn", "reorder"]
     order = stages.page_order(declared)
     assert order.index("events") == order.index("headline") + 1
     assert order.index("latency") == order.index("retransmissions") + 1
-    assert order.index("ecn") == order.index("queues") + 1
+    assert order.index("queue_cdf") == order.index("queues") + 1
+    assert order.index("ecn") == order.index("queue_cdf") + 1
     assert order.index("reorder") == order.index("latency") + 1
     assert order[-2:] == ["configuration", "jobs"]
     assert len(set(names)) == len(names)
