@@ -1,7 +1,7 @@
 """Root tier: policy flowlet (controller/flowlet.py, incastlab/bpf/path_label.bpf.c).
 
 h2 on leaf 2 sends to h1 on leaf 1 (the incast job with one sender, 2 spines, one host a
-leaf) under flowlet with a gap δ of 50 ms. The default captures hold both spines'
+leaf) under flowlet with a gap δ of 100 ms. The default captures hold both spines'
 downlinks to leaf 1, so each packet of the flow h2 -> h1 shows which spine it crossed.
 
 - Bursts: 4 blocks of 250 KB (0.1 s each at 20 Mbit/s) with the receiver pausing 0.5 s
@@ -27,7 +27,7 @@ from incastlab.topologies.fabricparts import SPINE_DOWNLINK, UPLINK
 from tests.rootnet import kept_up, run_complete
 
 pytestmark = pytest.mark.root
-GAP_US = 50_000
+GAP_US = 100_000
 BASE = ["topology.spines=2", "topology.leaves=2", "topology.hosts_per_leaf=1",
         "routing.policy=flowlet", f"routing.flowlet_gap_us={GAP_US}", "workload.kind=incast",
         "workload.senders=1"]
