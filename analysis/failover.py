@@ -218,6 +218,13 @@ def flow_failover(tcp_df: pd.DataFrame, fabric, event: dict,
 
 
 _KEY = ["_src", "_dst", "_sport", "_dport"]  # the flow key of each row, to merge parts
+_TIMES = ["last_old_s", "first_new_s", "failover_s", "lost"]
+
+
+def _no_flows(columns) -> pd.DataFrame:
+    """An empty flow table whose times are float: concatenated with another event's rows
+    it must leave them float (an untyped empty frame made the whole column object)."""
+    return pd.DataFrame(columns=columns).astype({c: float for c in _TIMES})
 
 
 def _flow_rows(tcp_df, fabric, event, retrans, t_restore) -> pd.DataFrame:
@@ -227,13 +234,13 @@ def _flow_rows(tcp_df, fabric, event, retrans, t_restore) -> pd.DataFrame:
     spines, leaves, drain = failed_spines(event, fabric)
     t_ev = event.get("t")
     if not spines or t_ev is None or tcp_df is None or tcp_df.empty:
-        return pd.DataFrame(columns=FLOW_COLUMNS + _KEY)
+        return _no_flows(FLOW_COLUMNS + _KEY)
     end = np.inf if t_restore is None else float(t_restore)
     spine_map = spine_of_iface(fabric)
     data = tcp_df[(tcp_df["payload_len"] > 0)
                   & tcp_df["iface"].astype(str).isin(spine_map)].copy()
     if data.empty:
-        return pd.DataFrame(columns=FLOW_COLUMNS + _KEY)
+        return _no_flows(FLOW_COLUMNS + _KEY)
     data["spine"] = data["iface"].astype(str).map(spine_map)
     leaf_of = _host_leaf(fabric)
     data["src_leaf"] = data["src"].map(leaf_of)
@@ -403,7 +410,7 @@ class EventFlows:
             return None
         parts = [p for p in self._flows[i] if len(p)]
         if not parts:
-            return pd.DataFrame(columns=FLOW_COLUMNS)
+            return _no_flows(FLOW_COLUMNS)
         df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
         return (df.sort_values(_KEY, kind="stable").drop(columns=_KEY)
                 .reset_index(drop=True))
@@ -441,8 +448,7 @@ def analyse_events(run_dir, tcp_df, fabric, retrans, ctrl=None,
                        failover_max_s=float(f["failover_s"].max()) if len(f) else np.nan,
                        lost=float(f["lost"].sum()) if len(f) else 0.0)
         summary.append(rec)
-    flows_df = pd.concat(flows, ignore_index=True) if flows else pd.DataFrame(
-        columns=FLOW_COLUMNS)
+    flows_df = pd.concat(flows, ignore_index=True) if flows else _no_flows(FLOW_COLUMNS)
     return {"events": events_table(run_dir), "flows": flows_df,
             "summary": pd.DataFrame(summary, columns=SUMMARY_COLUMNS),
             "not_fired": not_fired(run_dir), "spine_packets": reduced.spine_packets()}

@@ -268,3 +268,19 @@ def test_failover_of_a_run_larger_than_one_chunk_is_that_of_all_its_packets(tmp_
     one = analyse(run, cache=False, chunk_packets=10**9).tables["events"]
     for name in ("flows", "summary", "spine_packets"):
         pd.testing.assert_frame_equal(one[name], got[name], obj=name)
+
+
+def test_an_event_that_moved_nothing_leaves_the_times_float():
+    # analyse_events concatenates every event's rows: a host-link event's empty table
+    # beside a real failover kept failover_s as object (CI's root failover test:
+    # np.isfinite refused the column)
+    tcp_df, _old, _new = scenario()
+    none = fo.flow_failover(tcp_df, FAB, {"index": 4, "action": "link_down",
+                                          "params": {"link": "h1-eth0"}, "t": T})
+    moved = fo.flow_failover(tcp_df, FAB, {"index": 3, "action": "link_down",
+                                           "params": {"link": "lf1-eth4"}, "t": T})
+    both = pd.concat([none, moved], ignore_index=True)
+    assert none.empty and len(both) == 1
+    for col in ("last_old_s", "first_new_s", "failover_s", "lost"):
+        assert both[col].dtype == np.float64, (col, both[col].dtype)
+    np.isfinite(both["failover_s"])  # what the root test calls: no TypeError
