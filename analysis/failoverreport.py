@@ -11,6 +11,7 @@ import pandas as pd
 
 from .failover import (ACTIVE_WINDOW_S, BIN_S, DOWN_ACTIONS, EVENTS_FILE, FAILOVER_FILE,
                        SECTION_TITLE, EventFlows, analyse, metrics, read_event_rows)
+from . import render
 from .stages import Stage
 
 __all__ = ["STAGE", "figure", "section", "sections"]
@@ -24,14 +25,7 @@ def figure(a, path) -> Path | None:
     ev = res.get("events")
     if ev is None or ev.empty:
         return None
-    path = Path(path)
-    if path.exists():
-        path.unlink()
-    try:
-        return _figure(a, ev, path)
-    except Exception as exc:  # noqa: BLE001 - a plotting bug is a problem, not a lost report
-        a.problems.append(f"plot events failed: {exc!r}")
-        return None
+    return render.safe_plot(a, "events", path, lambda p: _figure(a, ev, p))
 
 
 def _figure(a, ev, path):
@@ -76,7 +70,6 @@ def _figure(a, ev, path):
 
 def section(a, figs: dict) -> tuple[str, str, str] | None:
     """(title, html, markdown), or None when the run had no events."""
-    from . import render
 
     res = a.tables.get("events") or {}
     ev = res.get("events")

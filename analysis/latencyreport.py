@@ -11,6 +11,7 @@ from .latency import (RTT_COLUMNS, RTT_KEYS, SOJOURN_COLUMNS, SOJOURN_KEYS, anal
                       queue_delay, rtt_samples, sojourns, summary, summary_table,
                       weighted_quantiles, write_full)
 from .samples import Samples, compact, groups
+from . import render
 from .stages import Stage
 
 __all__ = ["FIGURE_GROUPS", "SECTION_TITLE", "STAGE", "LatencyPass", "figure",
@@ -39,14 +40,7 @@ class LatencyPass:
 def figure(a, path):
     """The report's CDF figure (latency_plots.latency_cdf) at `path`, or None without samples;
     a plotting bug is one of the run's problems, not a lost report."""
-    path = Path(path)
-    if path.exists():
-        path.unlink()  # never leave a stale figure from an earlier build
-    try:
-        return _figure(a, path)
-    except Exception as exc:  # noqa: BLE001
-        a.problems.append(f"plot latency failed: {exc!r}")
-        return None
+    return render.safe_plot(a, "latency", path, lambda p: _figure(a, p))
 
 
 def _figure(a, path):
@@ -90,7 +84,6 @@ FIGURE_GROUPS = 5  # ports and capture pairs drawn (the table lists them all)
 
 def section(a, figs: dict) -> tuple[str, str, str]:
     """(title, html, markdown) of the report's latency section."""
-    from . import render
 
     lt = a.tables.get("latency") or {}
     tab = lt.get("summary")

@@ -110,16 +110,10 @@ def compute(a) -> dict:
 
 
 def figures(a, plot_dir) -> dict:
-    path = plot_dir / "queue_cdf.png"
-    if path.exists():
-        path.unlink()
     ports, _, labels = _ports(a)
-    try:
-        return {"queue_cdf": cdf_figure(a.tables["queues_d"], ports, path, _threshold(a),
-                                        labels)}
-    except Exception as exc:  # noqa: BLE001 - a plotting bug must not cost the report
-        a.problems.append(f"plot queue_cdf failed: {exc!r}")
-        return {"queue_cdf": None}
+    return {"queue_cdf": rd.safe_plot(a, "queue_cdf", plot_dir / "queue_cdf.png",
+                                      lambda p: cdf_figure(a.tables["queues_d"], ports, p,
+                                                           _threshold(a), labels))}
 
 
 def caption(t: dict) -> str:

@@ -19,7 +19,8 @@ from . import plots as plotting
 
 __all__ = ["CSS", "MAX_COLS", "TIME_COLUMNS", "banner", "df_html", "df_md", "esc", "figure",
            "findings_html", "findings_md", "fmt", "hot_ports", "img", "md_img", "none",
-           "piece_html", "plot_all", "port_labels", "port_limits", "rel", "split_columns",
+           "piece_html", "plot_all", "port_labels", "port_limits", "rel", "safe_plot",
+           "split_columns",
            "table", "write_table"]
 
 
@@ -52,15 +53,21 @@ def plot_all(a, plot_dir: Path) -> dict[str, Path | None]:
     out = {}
     out.update(_interactive(a, hot, limits, labels, marks))
     for name, job in jobs.items():
-        path = plot_dir / f"{name}.png"
-        if path.exists():
-            path.unlink()  # never leave a stale figure from an earlier build
-        try:
-            out[name] = job(path)
-        except Exception as exc:  # a plotting bug must not cost the whole report
-            a.problems.append(f"plot {name} failed: {exc!r}")
-            out[name] = None
+        out[name] = safe_plot(a, name, plot_dir / f"{name}.png", job)
     return out
+
+
+def safe_plot(a, name: str, path, draw) -> Path | None:
+    """draw(path) for figure `name`, after removing an earlier build's file at `path` (never
+    a stale figure); a plotting bug is one of the run's problems, not a lost report."""
+    path = Path(path)
+    if path.exists():
+        path.unlink()
+    try:
+        return draw(path)
+    except Exception as exc:  # noqa: BLE001
+        a.problems.append(f"plot {name} failed: {exc!r}")
+        return None
 
 
 def hot_ports(qsum: pd.DataFrame, n: int = 6) -> list[str]:
