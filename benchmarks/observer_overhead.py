@@ -102,16 +102,15 @@ RELAUNCHES = 2
 
 
 def launch_retrying(work: Path, name: str, observe: bool, args, failures: list) -> dict:
-    for attempt in range(RELAUNCHES + 1):
+    for _ in range(RELAUNCHES + 1):
         try:
             return launch(work, name, observe, args)
         except LaunchFailed as exc:
             failures.append({"workload": name, "observe": observe,
                              "error": str(exc).splitlines()[0],
                              "sigabrt": "SIGABRT" in str(exc)})
-            if attempt == RELAUNCHES:
-                raise SystemExit(str(exc)) from None
-    raise AssertionError("unreachable")
+            last = exc
+    raise SystemExit(str(last))
 
 
 def launch(work: Path, name: str, observe: bool, args) -> dict[str, float]:
